@@ -1,0 +1,33 @@
+"""Settings: the TOML config file parsed into validated, immutable settings."""
+
+from .settings import (
+    CONFIG_PATH,
+    ConfigError,
+    CPUManagerSettings,
+    InspectSettings,
+    LogSettings,
+    MetricsSettings,
+    NRISettings,
+    ReconcileSettings,
+    Settings,
+    StateSettings,
+    TopologyManagerSettings,
+    load,
+    load_file,
+)
+
+__all__ = [
+    "CONFIG_PATH",
+    "CPUManagerSettings",
+    "ConfigError",
+    "InspectSettings",
+    "LogSettings",
+    "MetricsSettings",
+    "NRISettings",
+    "ReconcileSettings",
+    "Settings",
+    "StateSettings",
+    "TopologyManagerSettings",
+    "load",
+    "load_file",
+]
