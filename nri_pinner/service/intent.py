@@ -20,7 +20,8 @@ GUARANTEED, BURSTABLE, BESTEFFORT, UNMANAGED = "guaranteed", "burstable", "beste
 
 ANNOTATION_PREFIX = "nri-pinner.io/"
 CPU_ANNOTATION = ANNOTATION_PREFIX + "cpu."  # + container name: "<request>[/<limit>]", e.g. "2" or "500m/1"
-EXCLUSIVE_ANNOTATION = ANNOTATION_PREFIX + "exclusive-cpus"  # on a container, or "...exclusive-cpus.<name>" on the pod
+# on the container, or "nri-pinner.io/exclusive-cpus.<name>" on the pod
+EXCLUSIVE_ANNOTATION = ANNOTATION_PREFIX + "exclusive-cpus"
 INIT_ANNOTATION = ANNOTATION_PREFIX + "init-containers"  # "a,b"
 SIDECAR_ANNOTATION = ANNOTATION_PREFIX + "sidecar-containers"  # restartable init containers: "c"
 
@@ -78,10 +79,7 @@ def parse_cpu_quantity(text: str) -> int:
     """Kubernetes CPU quantity → millicores: "2", "0.5", "1500m"."""
     t = text.strip()
     try:
-        if t.endswith("m"):
-            value = int(t[:-1])
-        else:
-            value = round(float(t) * 1000)
+        value = int(t[:-1]) if t.endswith("m") else round(float(t) * 1000)
     except ValueError:
         raise IntentError(f"bad CPU quantity {text!r}") from None
     if value < 0:
@@ -108,7 +106,8 @@ def intent_from_nri(pod: Any, container: Any) -> ContainerIntent:
     limit = quota_to_milli(_opt(cpu, "quota"), _opt(cpu, "period"))
     source = "cgroup"
     if qos == GUARANTEED and limit == 0:
-        limit = request  # Guaranteed means limit == request; quota may be off (DisableCPUQuotaWithExclusiveCPUs)
+        # Guaranteed means limit == request; the quota may be off (DisableCPUQuotaWithExclusiveCPUs)
+        limit = request
 
     exact = pod_ann.get(CPU_ANNOTATION + name)
     if exact is not None:
@@ -116,7 +115,9 @@ def intent_from_nri(pod: Any, container: Any) -> ContainerIntent:
         request = parse_cpu_quantity(req_s)
         limit = parse_cpu_quantity(lim_s) if lim_s else request
         source = "annotation"
-    exclusive = container.annotations.get(EXCLUSIVE_ANNOTATION) or pod_ann.get(f"{EXCLUSIVE_ANNOTATION}.{name}")
+    exclusive = container.annotations.get(EXCLUSIVE_ANNOTATION)
+    if exclusive is None:
+        exclusive = pod_ann.get(f"{EXCLUSIVE_ANNOTATION}.{name}")
     if exclusive is not None:
         if not exclusive.strip().isdigit() or int(exclusive) < 1:
             raise IntentError(f"{EXCLUSIVE_ANNOTATION} must be a positive integer; got {exclusive!r}")
