@@ -11,7 +11,7 @@ The output depends on the protoc bundled with grpcio-tools, so the version is
 pinned (see PINNED_GRPCIO_TOOLS); tests/nri/test_protos.py regenerates into a
 temporary directory and fails if the committed files are stale.
 
-Usage: python scripts/gen_protos.py [--out DIR] [--check]
+Usage: python scripts/gen_protos.py [--group nri|service [--out DIR]] [--check]
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 PROTO_ROOT = REPO / "protos"
 DEFAULT_OUT = REPO / "nri_pinner" / "nri" / "gen"
 PACKAGE = "nri_pinner.nri.gen"
+SERVICE_OUT = REPO / "nri_pinner" / "service" / "gen"
+SERVICE_PACKAGE = "nri_pinner.service.gen"
 PINNED_GRPCIO_TOOLS = "1.85.1"
 PINNED_PROTOBUF = "7.36.2"
 
@@ -36,6 +38,19 @@ PROTOS: dict[str, str] = {
     "ttrpc/request.proto": "request_pb2",
     "google/rpc/status.proto": "status_pb2",
 }
+
+# The service's own protos: a separate package, so nri/ stays free of anything CPU-specific.
+SERVICE_PROTOS: dict[str, str] = {
+    "cri/repair.proto": "cri_repair_pb2",
+    "nri_pinner/inspect.proto": "inspect_pb2",
+}
+
+SERVICE_INIT_TEXT = '''"""Generated protobuf messages. DO NOT EDIT: run scripts/gen_protos.py.
+
+cri_repair_pb2 -- the CRI UpdateContainerResources/Version subset (protos/cri/repair.proto)
+inspect_pb2    -- nri-pinner's inspection service (protos/nri_pinner/inspect.proto)
+"""
+'''
 
 INIT_TEXT = '''"""Generated protobuf messages. DO NOT EDIT: run scripts/gen_protos.py.
 
@@ -51,13 +66,13 @@ def _python_module(proto: str) -> str:
     return proto.removesuffix(".proto").replace("/", ".") + "_pb2"
 
 
-def _rewrite(text: str) -> str:
+def _rewrite(text: str, protos: dict[str, str] = PROTOS, package: str = PACKAGE) -> str:
     """Point protoc's path-derived imports and module names at the gen package."""
-    for proto, flat in PROTOS.items():
+    for proto, flat in protos.items():
         original = _python_module(proto)
         parent, _, leaf = original.rpartition(".")
-        text = text.replace(f"from {parent} import {leaf} ", f"from {PACKAGE} import {flat} ")
-        text = text.replace(f"'{original}'", f"'{PACKAGE}.{flat}'")
+        text = text.replace(f"from {parent} import {leaf} ", f"from {package} import {flat} ")
+        text = text.replace(f"'{original}'", f"'{package}.{flat}'")
     return text
 
 
@@ -67,8 +82,9 @@ def _protoc_include() -> Path:
     return Path(grpc_tools.__file__).parent / "_proto"
 
 
-def generate(out: Path) -> list[Path]:
-    """Generate all modules into ``out`` (created if needed); return the written files."""
+def generate(out: Path, group: str = "nri") -> list[Path]:
+    """Generate one group's modules into ``out`` (created if needed); return the written files."""
+    protos, package, init_text = GROUPS[group][1:]
     from grpc_tools import protoc
 
     out.mkdir(parents=True, exist_ok=True)
@@ -80,21 +96,27 @@ def generate(out: Path) -> list[Path]:
             f"-I{_protoc_include()}",
             f"--python_out={tmp}",
             f"--pyi_out={tmp}",
-            *PROTOS,
+            *protos,
         ]
         if protoc.main(args) != 0:
             raise SystemExit(f"protoc failed: {' '.join(args)}")
-        for proto, flat in PROTOS.items():
+        for proto, flat in protos.items():
             stem = proto.removesuffix(".proto") + "_pb2"
             for suffix in (".py", ".pyi"):
                 source = Path(tmp) / (stem + suffix)
                 target = out / (flat + suffix)
-                target.write_text(_rewrite(source.read_text(encoding="utf-8")), encoding="utf-8")
+                target.write_text(_rewrite(source.read_text(encoding="utf-8"), protos, package), encoding="utf-8")
                 written.append(target)
     init = out / "__init__.py"
-    init.write_text(INIT_TEXT, encoding="utf-8")
+    init.write_text(init_text, encoding="utf-8")
     written.append(init)
     return written
+
+
+GROUPS: dict[str, tuple[Path, dict[str, str], str, str]] = {
+    "nri": (DEFAULT_OUT, PROTOS, PACKAGE, INIT_TEXT),
+    "service": (SERVICE_OUT, SERVICE_PROTOS, SERVICE_PACKAGE, SERVICE_INIT_TEXT),
+}
 
 
 def installed_versions() -> tuple[str, str]:
@@ -105,11 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help="output directory (default: %(default)s)"
-    )
-    parser.add_argument("--check", action="store_true", help="only report whether --out is up to date")
+    parser.add_argument("--group", choices=sorted(GROUPS), action="append",
+                        help="which generated package (default: all)")
+    parser.add_argument("--out", type=Path, help="output directory (only with one --group)")
+    parser.add_argument("--check", action="store_true", help="only report whether the output is up to date")
     options = parser.parse_args(argv)
+    groups: list[str] = options.group or sorted(GROUPS)
+    if options.out is not None and len(groups) != 1:
+        parser.error("--out needs exactly one --group")
 
     tools, protobuf = installed_versions()
     if (tools, protobuf) != (PINNED_GRPCIO_TOOLS, PINNED_PROTOBUF):
@@ -118,21 +143,24 @@ def main(argv: list[str] | None = None) -> int:
             f"{PINNED_GRPCIO_TOOLS} / {PINNED_PROTOBUF}; output may differ from the committed files",
             file=sys.stderr,
         )
-    if not options.check:
-        for path in generate(options.out):
-            print(path)
-        return 0
-    with tempfile.TemporaryDirectory(prefix="nri-gen-check-") as tmp:
-        stale = [
-            fresh.name
-            for fresh in generate(Path(tmp))
-            if not (options.out / fresh.name).is_file()
-            or not filecmp.cmp(fresh, options.out / fresh.name, shallow=False)
-        ]
-    if stale:
-        print(f"stale generated files in {options.out}: {', '.join(stale)}", file=sys.stderr)
-        return 1
-    return 0
+    status = 0
+    for group in groups:
+        out: Path = options.out or GROUPS[group][0]
+        if not options.check:
+            for path in generate(out, group):
+                print(path)
+            continue
+        with tempfile.TemporaryDirectory(prefix="nri-gen-check-") as tmp:
+            stale = [
+                fresh.name
+                for fresh in generate(Path(tmp), group)
+                if not (out / fresh.name).is_file()
+                or not filecmp.cmp(fresh, out / fresh.name, shallow=False)
+            ]
+        if stale:
+            print(f"stale generated files in {out}: {', '.join(stale)}", file=sys.stderr)
+            status = 1
+    return status
 
 
 if __name__ == "__main__":

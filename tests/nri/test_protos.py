@@ -14,24 +14,26 @@ from nri_pinner.nri.gen import api_pb2, request_pb2
 
 REPO = Path(__file__).resolve().parents[2]
 GEN = REPO / "nri_pinner" / "nri" / "gen"
+SERVICE_GEN = REPO / "nri_pinner" / "service" / "gen"
 PINNED = {"grpcio-tools": "1.85.1", "protobuf": "7.36.2"}  # must match scripts/gen_protos.py
 
 
-def test_generated_code_is_fresh(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("group", "committed_dir"), [("nri", GEN), ("service", SERVICE_GEN)])
+def test_generated_code_is_fresh(tmp_path: Path, group: str, committed_dir: Path) -> None:
     installed = {name: importlib.metadata.version(name) for name in PINNED}
     if installed != PINNED:
         pytest.skip(
             f"generated code is pinned to {PINNED}, installed {installed}: cannot compare byte-for-byte"
         )
     subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "gen_protos.py"), "--out", str(tmp_path)],
+        [sys.executable, str(REPO / "scripts" / "gen_protos.py"), "--group", group, "--out", str(tmp_path)],
         check=True,
         capture_output=True,
     )
     fresh = sorted(path.name for path in tmp_path.iterdir())
-    committed = sorted(path.name for path in GEN.iterdir() if path.is_file())
+    committed = sorted(path.name for path in committed_dir.iterdir() if path.is_file())
     assert fresh == committed, "generated file set differs; run scripts/gen_protos.py"
-    stale = [name for name in fresh if (tmp_path / name).read_bytes() != (GEN / name).read_bytes()]
+    stale = [name for name in fresh if (tmp_path / name).read_bytes() != (committed_dir / name).read_bytes()]
     assert not stale, f"stale generated files {stale}; run scripts/gen_protos.py"
 
 
