@@ -105,7 +105,8 @@ def generate(out: Path, group: str = "nri") -> list[Path]:
             for suffix in (".py", ".pyi"):
                 source = Path(tmp) / (stem + suffix)
                 target = out / (flat + suffix)
-                target.write_text(_rewrite(source.read_text(encoding="utf-8"), protos, package), encoding="utf-8")
+                text = _rewrite(source.read_text(encoding="utf-8"), protos, package)
+                target.write_text(text, encoding="utf-8")
                 written.append(target)
     init = out / "__init__.py"
     init.write_text(init_text, encoding="utf-8")
