@@ -1,0 +1,119 @@
+"""Per-topology lookup tables for the allocator, built once and cached on the Topology.
+
+The kubelet's ``cpuAccumulator`` answers "how many free CPUs does core/socket/NUMA X
+have" by scanning its whole CPU map on every sort comparison. Here every group is a
+bitmask, so a free count is ``(group_mask & free).bit_count()``; the group lists below
+are precomputed so a sort only touches groups that exist.
+
+IDs follow the kubelet: NUMA node, socket and uncore (L3) ids as the topology gives
+them; a core's id is the lowest online CPU in it (the kubelet's ``getUniqueCoreID``).
+Only online CPUs exist here, as in the kubelet's cAdvisor-built topology.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .topology import Topology
+
+_CACHE_ATTR = "_nri_pinner_allocator_index"
+
+
+class TopologyIndex:
+    """Bitmask view of one Topology's online CPUs, grouped the way the kubelet groups them."""
+
+    __slots__ = (
+        "all_mask",
+        "core_mask",
+        "core_of_cpu",
+        "cores_in_numa",
+        "cores_in_socket",
+        "cores_in_uncore",
+        "cpus_per_core",
+        "cpus_per_socket",
+        "cpus_per_uncore",
+        "numa_first",
+        "numa_ids",
+        "numa_mask",
+        "numas_in_socket",
+        "socket_ids",
+        "socket_mask",
+        "sockets_in_numa",
+        "uncore_ids",
+        "uncore_mask",
+        "uncores_in_numa",
+    )
+
+    def __init__(self, topology: Topology) -> None:
+        online = [topology.by_cpu[c] for c in topology.online]
+        if not online:
+            raise ValueError("topology has no online CPUs")
+        core_members: dict[int, list[int]] = {}
+        for info in online:
+            core_members.setdefault(topology.core_of[info.cpu], []).append(info.cpu)
+        # kubelet core id = lowest CPU id of the core
+        self.core_of_cpu: dict[int, int] = {}
+        for cpus in core_members.values():
+            for cpu in cpus:
+                self.core_of_cpu[cpu] = min(cpus)
+
+        self.core_mask: dict[int, int] = {}
+        self.socket_mask: dict[int, int] = {}
+        self.numa_mask: dict[int, int] = {}
+        self.uncore_mask: dict[int, int] = {}
+        pairs_sn: set[tuple[int, int]] = set()
+        pairs_sc: set[tuple[int, int]] = set()
+        pairs_nc: set[tuple[int, int]] = set()
+        pairs_nu: set[tuple[int, int]] = set()
+        pairs_uc: set[tuple[int, int]] = set()
+        for info in online:
+            bit = 1 << info.cpu
+            core = self.core_of_cpu[info.cpu]
+            for table, key in (
+                (self.core_mask, core),
+                (self.socket_mask, info.socket),
+                (self.numa_mask, info.numa),
+                (self.uncore_mask, info.l3),
+            ):
+                table[key] = table.get(key, 0) | bit
+            pairs_sn.add((info.socket, info.numa))
+            pairs_sc.add((info.socket, core))
+            pairs_nc.add((info.numa, core))
+            pairs_nu.add((info.numa, info.l3))
+            pairs_uc.add((info.l3, core))
+
+        self.all_mask = sum(1 << i.cpu for i in online)
+        self.socket_ids = sorted(self.socket_mask)
+        self.numa_ids = sorted(self.numa_mask)
+        self.uncore_ids = sorted(self.uncore_mask)
+        self.sockets_in_numa = _relation((n, s) for s, n in pairs_sn)
+        self.numas_in_socket = _relation(pairs_sn)
+        self.cores_in_socket = _relation(pairs_sc)
+        self.cores_in_numa = _relation(pairs_nc)
+        self.uncores_in_numa = _relation(pairs_nu)
+        self.cores_in_uncore = _relation(pairs_uc)
+
+        n_cpus = len(online)
+        # The kubelet's per-level sizes are machine-wide averages (NumCPUs / NumX).
+        self.cpus_per_core = n_cpus // len(self.core_mask)
+        self.cpus_per_socket = n_cpus // len(self.socket_mask)
+        self.cpus_per_uncore = n_cpus // len(self.uncore_mask)
+        # NUMA nodes are the outer level unless sockets are fewer than NUMA nodes.
+        self.numa_first = len(self.socket_mask) >= len(self.numa_mask)
+
+
+def _relation(pairs: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for a, b in sorted(pairs):
+        out.setdefault(a, []).append(b)
+    return out
+
+
+def index_for(topology: Topology) -> TopologyIndex:
+    """The cached index of ``topology`` (built on first use; a Topology never changes)."""
+    idx = topology.__dict__.get(_CACHE_ATTR)
+    if idx is None:
+        idx = TopologyIndex(topology)
+        object.__setattr__(topology, _CACHE_ATTR, idx)
+    assert isinstance(idx, TopologyIndex)
+    return idx

@@ -1,0 +1,148 @@
+"""Explicit, serialisable engine state: the shared pool plus one record per container.
+
+Treated as immutable: the policy never changes a state it was given, it returns a new
+one (``replace_*`` helpers copy the dicts). A failed admission therefore changes
+nothing, and the service can checkpoint any state with ``to_dict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cpuset import EMPTY, CPUSet
+
+STATE_VERSION = 1
+
+Key = tuple[str, str]  # (pod uid, container name)
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """One container's CPUs.
+
+    ``admitted`` is the set it was admitted with, ``current`` the set it has now (they
+    differ only after an in-place resize). Shared (non-exclusive) containers have empty
+    sets: they follow the shared pool. ``numa_affinity`` is the NUMA bitmask it was
+    admitted with (bit n = NUMA node n), or None without a topology hint.
+    """
+
+    pod: str
+    container: str
+    admitted: CPUSet
+    current: CPUSet
+    exclusive: bool
+    init: bool = False
+    restartable: bool = False
+    numa_affinity: int | None = None
+
+    @property
+    def key(self) -> Key:
+        return (self.pod, self.container)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "container": self.container,
+            "admitted": str(self.admitted),
+            "current": str(self.current),
+            "exclusive": self.exclusive,
+            "init": self.init,
+            "restartable": self.restartable,
+            "numa_affinity": self.numa_affinity,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Assignment:
+        try:
+            affinity = data.get("numa_affinity")
+            if affinity is not None and (not isinstance(affinity, int) or affinity <= 0):
+                raise ValueError(f"numa_affinity must be a positive bitmask or null, got {affinity!r}")
+            return cls(
+                pod=str(data["pod"]),
+                container=str(data["container"]),
+                admitted=CPUSet.parse(str(data["admitted"])),
+                current=CPUSet.parse(str(data["current"])),
+                exclusive=bool(data["exclusive"]),
+                init=bool(data.get("init", False)),
+                restartable=bool(data.get("restartable", False)),
+                numa_affinity=affinity,
+            )
+        except KeyError as exc:
+            raise ValueError(f"assignment entry {dict(data)} lacks {exc}") from exc
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """Shared pool (``default_set``), assignments keyed by (pod, container), and per-pod reusable CPUs.
+
+    ``reusable[pod]`` holds CPUs of the pod's finished-or-running (non-restartable) init
+    containers that its app containers may take over (the kubelet's ``cpusToReuse``).
+    """
+
+    default_set: CPUSet = EMPTY
+    assignments: Mapping[Key, Assignment] = field(default_factory=dict)
+    reusable: Mapping[str, CPUSet] = field(default_factory=dict)
+
+    # -- queries -------------------------------------------------------------------------------
+    def get(self, pod: str, container: str) -> Assignment | None:
+        return self.assignments.get((pod, container))
+
+    def exclusive_cpus(self) -> CPUSet:
+        """Union of every exclusive container's current CPUs."""
+        mask = 0
+        for a in self.assignments.values():
+            if a.exclusive:
+                mask |= a.current.mask
+        return CPUSet.from_mask(mask)
+
+    def pod_assignments(self, pod: str) -> list[Assignment]:
+        return [a for a in self.assignments.values() if a.pod == pod]
+
+    # -- copy-on-write updates -------------------------------------------------------------------
+    def with_changes(
+        self,
+        *,
+        default_set: CPUSet | None = None,
+        put: Assignment | None = None,
+        drop: Key | None = None,
+        reusable: Mapping[str, CPUSet] | None = None,
+    ) -> EngineState:
+        assignments = dict(self.assignments)
+        if drop is not None:
+            assignments.pop(drop, None)
+        if put is not None:
+            assignments[put.key] = put
+        return EngineState(
+            default_set=self.default_set if default_set is None else default_set,
+            assignments=assignments,
+            reusable=dict(self.reusable if reusable is None else reusable),
+        )
+
+    # -- serialisation ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "default_set": str(self.default_set),
+            "assignments": [a.to_dict() for _, a in sorted(self.assignments.items())],
+            "reusable": {pod: str(cpus) for pod, cpus in sorted(self.reusable.items()) if cpus},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineState:
+        version = data.get("version")
+        if version != STATE_VERSION:
+            raise ValueError(f"unsupported engine state version {version!r} (expected {STATE_VERSION})")
+        assignments: dict[Key, Assignment] = {}
+        for entry in data.get("assignments") or []:
+            a = Assignment.from_dict(entry)
+            if a.key in assignments:
+                raise ValueError(f"container {a.container!r} of pod {a.pod!r} listed twice in engine state")
+            assignments[a.key] = a
+        reusable = {str(pod): CPUSet.parse(str(cpus)) for pod, cpus in (data.get("reusable") or {}).items()}
+        return cls(
+            default_set=CPUSet.parse(str(data.get("default_set", ""))),
+            assignments=assignments,
+            reusable=reusable,
+        )

@@ -1,0 +1,431 @@
+"""The kubelet's CPU Manager static policy, as pure functions over ``EngineState``.
+
+Pools, as in the kubelet: SHARED (``state.default_set``: Burstable, BestEffort and
+non-integer Guaranteed containers), RESERVED (part of SHARED unless
+strict-cpu-reservation; never exclusive) and EXCLUSIVE sets of Guaranteed containers
+with an integer CPU request. Exclusive CPUs come from SHARED minus RESERVED, plus the
+CPUs of the pod's init containers (``cpusToReuse``), restricted first to the NUMA
+nodes (or, with align-by-socket, the sockets) of the topology hint.
+
+Our additions: isolated CPUs (``isolcpus``) are never in the shared pool. With
+``prefer_isolated_cpus=True`` exclusive allocations take free isolated CPUs first
+(inside each NUMA-restriction step); with False isolated CPUs are never handed out.
+Offline CPUs are in no pool. ``start`` repairs an inconsistent state instead of
+refusing to run.
+
+Deliberate differences: an already-assigned container gets its set back before the
+full-pcpus-only checks run (the kubelet checks first and can refuse a container it
+already pinned); reusable init CPUs are kept per pod (the kubelet keeps only the last
+pod's) but are limited to CPUs the pod still holds, so they can never be handed out twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .allocator import take_by_topology
+from .allocator_index import index_for
+from .cpuset import EMPTY, CPUSet
+from .errors import InsufficientCPUs, PolicyOptionError, SMTAlignmentError
+from .state import Assignment, EngineState
+from .topology import Topology
+
+OPTION_NAMES = {
+    "full-pcpus-only": "full_pcpus_only",
+    "distribute-cpus-across-numa": "distribute_cpus_across_numa",
+    "align-by-socket": "align_by_socket",
+    "distribute-cpus-across-cores": "distribute_cpus_across_cores",
+    "strict-cpu-reservation": "strict_cpu_reservation",
+    "prefer-align-cpus-by-uncorecache": "prefer_align_cpus_by_uncorecache",
+    "prefer-isolated-cpus": "prefer_isolated_cpus",
+}
+_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+
+class QoS(StrEnum):
+    GUARANTEED = "Guaranteed"
+    BURSTABLE = "Burstable"
+    BEST_EFFORT = "BestEffort"
+
+
+@dataclass(frozen=True)
+class StaticPolicyOptions:
+    full_pcpus_only: bool = False
+    distribute_cpus_across_numa: bool = False
+    align_by_socket: bool = False
+    distribute_cpus_across_cores: bool = False
+    strict_cpu_reservation: bool = False
+    prefer_align_cpus_by_uncorecache: bool = False
+    prefer_isolated_cpus: bool = False
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, str]) -> StaticPolicyOptions:
+        """Parse kubelet-style ``cpuManagerPolicyOptions`` ({"full-pcpus-only": "true", ...})."""
+        values: dict[str, bool] = {}
+        for name, raw in options.items():
+            if name not in OPTION_NAMES:
+                raise PolicyOptionError(
+                    f"unknown CPU manager policy option {name!r} (known: {', '.join(sorted(OPTION_NAMES))})"
+                )
+            if raw not in _TRUE | _FALSE:
+                raise PolicyOptionError(f"bad value {raw!r} for policy option {name!r}: want true or false")
+            values[OPTION_NAMES[name]] = raw in _TRUE
+        return cls(**values)
+
+    def validate(self, topology: Topology, topology_policy_name: str = "none") -> None:
+        """Refuse the combinations the kubelet refuses (``PolicyOptionError``)."""
+        pairs = [
+            ("full_pcpus_only", "distribute_cpus_across_cores"),
+            ("distribute_cpus_across_numa", "distribute_cpus_across_cores"),
+            ("prefer_align_cpus_by_uncorecache", "distribute_cpus_across_cores"),
+            ("prefer_align_cpus_by_uncorecache", "distribute_cpus_across_numa"),
+        ]
+        dashed = {v: k for k, v in OPTION_NAMES.items()}
+        for a, b in pairs:
+            if getattr(self, a) and getattr(self, b):
+                raise PolicyOptionError(
+                    f"static policy options {dashed[a]} and {dashed[b]} can not be used at the same time"
+                )
+        if self.align_by_socket:
+            if topology_policy_name == "single-numa-node":
+                raise PolicyOptionError(
+                    "topology manager policy single-numa-node is incompatible with "
+                    "CPU manager policy option align-by-socket"
+                )
+            if len(topology.sockets) > len(topology.numa_nodes):
+                raise PolicyOptionError(
+                    f"align-by-socket is not compatible with hardware where sockets "
+                    f"({len(topology.sockets)}) outnumber NUMA nodes "
+                    f"({len(topology.numa_nodes)})"
+                )
+
+
+@dataclass(frozen=True)
+class AllocationDecision:
+    """Outcome of ``allocate``: the container's CPUs and the shared pool after the decision."""
+
+    pod: str
+    container: str
+    cpus: CPUSet  # exclusive set, or the shared pool for shared containers
+    exclusive: bool
+    already_assigned: bool
+    reused: CPUSet  # CPUs taken over from the pod's init containers
+    shared_pool: CPUSet
+
+
+def guaranteed_cpus(qos: QoS | str, request_milli: int | None, limit_milli: int | None) -> int:
+    """Exclusive CPU count: Guaranteed, request == limit, a positive whole number of CPUs; else 0."""
+    if QoS(qos) is not QoS.GUARANTEED or request_milli is None or request_milli != limit_milli:
+        return 0
+    if request_milli <= 0 or request_milli % 1000:
+        return 0
+    return request_milli // 1000
+
+
+def reserved_by_count(topology: Topology, n: int, options: StaticPolicyOptions | None = None) -> CPUSet:
+    """N reserved CPUs taken by topology from the lowest cores (as the kubelet's reservedSystemCPUs count).
+
+    Isolated CPUs are not candidates: they could never serve system daemons.
+    """
+    opts = options or StaticPolicyOptions()
+    candidates = topology.online - topology.isolated
+    try:
+        return _take(topology, opts, candidates, n)
+    except InsufficientCPUs as exc:
+        raise PolicyOptionError(f"[cpumanager] unable to reserve the required amount of CPUs: {exc}") from exc
+
+
+def _take(topology: Topology, opts: StaticPolicyOptions, available: CPUSet, n: int) -> CPUSet:
+    return take_by_topology(
+        topology,
+        available,
+        n,
+        full_pcpus_only=opts.full_pcpus_only,
+        distribute_cpus_across_numa=opts.distribute_cpus_across_numa,
+        distribute_cpus_across_cores=opts.distribute_cpus_across_cores,
+        prefer_align_by_uncore_cache=opts.prefer_align_cpus_by_uncorecache,
+    )
+
+
+class StaticPolicy:
+    def __init__(
+        self,
+        topology: Topology,
+        reserved: CPUSet = EMPTY,
+        options: StaticPolicyOptions | None = None,
+        topology_policy_name: str = "none",
+    ) -> None:
+        self.topology = topology
+        self.options = options or StaticPolicyOptions()
+        self.options.validate(topology, topology_policy_name)
+        if not reserved.issubset(topology.online):
+            raise PolicyOptionError(f"reserved CPUs {reserved - topology.online} are not online CPUs")
+        if not reserved.isdisjoint(topology.isolated):
+            raise PolicyOptionError(
+                f"reserved CPUs {reserved & topology.isolated} are isolated; "
+                "reserve CPUs that system daemons can run on"
+            )
+        self.reserved = reserved
+        mask = 0
+        for cpu in reserved:
+            mask |= topology.siblings(cpu).mask
+        self.reserved_physical = CPUSet.from_mask(mask) & topology.online
+        self.cpu_group_size = index_for(topology).cpus_per_core
+        # CPUs the shared pool may ever hold.
+        self.managed_shared = topology.online - topology.isolated
+        if self.options.strict_cpu_reservation:
+            self.managed_shared = self.managed_shared - reserved
+
+    # -- pools -------------------------------------------------------------------------------------
+    def initial_state(self) -> EngineState:
+        return EngineState(default_set=self.managed_shared)
+
+    def shared_pool(self, state: EngineState) -> CPUSet:
+        return state.default_set
+
+    def free_isolated(self, state: EngineState) -> CPUSet:
+        return self.topology.isolated - state.exclusive_cpus()
+
+    def available_for_exclusive(self, state: EngineState) -> CPUSet:
+        """Free CPUs an exclusive allocation may take: shared pool minus reserved, plus free isolated if used."""
+        avail = state.default_set - self.reserved
+        if self.options.prefer_isolated_cpus:
+            avail = avail | self.free_isolated(state)
+        return avail
+
+    def reusable(self, state: EngineState, pod: str) -> CPUSet:
+        """CPUs of the pod's init containers its next app container may take over."""
+        held = 0
+        for a in state.pod_assignments(pod):
+            held |= a.current.mask
+        return state.reusable.get(pod, EMPTY) & CPUSet.from_mask(held)
+
+    # -- admission -------------------------------------------------------------------------------
+    def allocate(
+        self,
+        state: EngineState,
+        pod: str,
+        container: str,
+        cpu_request_milli: int | None,
+        cpu_limit_milli: int | None,
+        qos: QoS | str,
+        init: bool = False,
+        restartable: bool = False,
+        numa_affinity: int | None = None,
+    ) -> tuple[EngineState, AllocationDecision]:
+        """Admit one container; raises an ``AdmissionError`` (state untouched) when it cannot be placed."""
+        n = guaranteed_cpus(qos, cpu_request_milli, cpu_limit_milli)
+        existing = state.get(pod, container)
+        if existing is not None:
+            new_state = self._update_reusable(state, existing) if existing.exclusive else state
+            return new_state, self._decision(new_state, existing, already=True)
+        if n == 0:
+            shared = Assignment(
+                pod,
+                container,
+                EMPTY,
+                EMPTY,
+                exclusive=False,
+                init=init,
+                restartable=restartable,
+                numa_affinity=numa_affinity,
+            )
+            new_state = state.with_changes(put=shared)
+            return new_state, self._decision(new_state, shared, already=False)
+
+        self._enforce_smt_alignment(state, n)
+        reusable = self.reusable(state, pod)
+        cpus = self._allocate_cpus(state, n, numa_affinity, reusable)
+        assignment = Assignment(
+            pod,
+            container,
+            cpus,
+            cpus,
+            exclusive=True,
+            init=init,
+            restartable=restartable,
+            numa_affinity=numa_affinity,
+        )
+        new_state = state.with_changes(default_set=state.default_set - cpus, put=assignment)
+        new_state = self._update_reusable(new_state, assignment)
+        return new_state, self._decision(new_state, assignment, already=False, reused=cpus & reusable)
+
+    def _decision(
+        self, state: EngineState, a: Assignment, already: bool, reused: CPUSet = EMPTY
+    ) -> AllocationDecision:
+        cpus = a.current if a.exclusive else state.default_set
+        return AllocationDecision(a.pod, a.container, cpus, a.exclusive, already, reused, state.default_set)
+
+    def _update_reusable(self, state: EngineState, a: Assignment) -> EngineState:
+        reusable = dict(state.reusable)
+        current = reusable.get(a.pod, EMPTY)
+        # init CPUs become reusable; app containers and sidecars keep theirs for the pod's lifetime
+        current = current | a.current if a.init and not a.restartable else current - a.current
+        if current:
+            reusable[a.pod] = current
+        else:
+            reusable.pop(a.pod, None)
+        return state.with_changes(reusable=reusable)
+
+    def _enforce_smt_alignment(self, state: EngineState, n: int) -> None:
+        if not self.options.full_pcpus_only:
+            return
+        if n % self.cpu_group_size:
+            raise SMTAlignmentError(n, self.cpu_group_size)
+        physical = state.default_set - self.reserved_physical
+        if self.options.prefer_isolated_cpus:
+            physical = physical | self.free_isolated(state)
+        if n > len(physical):
+            raise SMTAlignmentError(n, self.cpu_group_size, len(physical), caused_by_physical_cpus=True)
+
+    def _allocate_cpus(
+        self, state: EngineState, n: int, numa_affinity: int | None, reusable: CPUSet
+    ) -> CPUSet:
+        allocatable = self.available_for_exclusive(state) | reusable
+        result = EMPTY
+        if numa_affinity is not None:
+            aligned = allocatable & self._aligned_cpus(numa_affinity)
+            result = self._take_preferring_isolated(aligned, min(n, len(aligned)))
+        return result | self._take_preferring_isolated(allocatable - result, n - len(result))
+
+    def _aligned_cpus(self, numa_affinity: int) -> CPUSet:
+        nodes = [node for node in self.topology.numa_nodes if numa_affinity >> node & 1]
+        cpus = self.topology.cpus_in_numa(nodes)
+        if self.options.align_by_socket:
+            sockets = {self.topology.by_cpu[c].socket for c in cpus}
+            mask = 0
+            for s in sockets:
+                mask |= self.topology.socket_cpus[s].mask
+            cpus = CPUSet.from_mask(mask)
+        return cpus
+
+    def _take_preferring_isolated(self, available: CPUSet, n: int) -> CPUSet:
+        if n > len(available):
+            raise InsufficientCPUs(n, len(available))
+        isolated = available & self.topology.isolated
+        if not self.options.prefer_isolated_cpus or not isolated:
+            return _take(self.topology, self.options, available, n)
+        k = min(n, len(isolated))
+        if self.options.full_pcpus_only:
+            k -= k % self.cpu_group_size
+        first = _take(self.topology, self.options, isolated, k)
+        return first | _take(self.topology, self.options, available - isolated - first, n - k)
+
+    # -- removal and restart -----------------------------------------------------------------------
+    def remove(self, state: EngineState, pod: str, container: str) -> EngineState:
+        """Forget a container and return the exclusive CPUs no sibling still holds to their pool."""
+        a = state.get(pod, container)
+        if a is None:
+            return state
+        in_use = 0
+        for other in state.pod_assignments(pod):
+            if other.key != a.key:
+                in_use |= other.current.mask
+        released = a.current - CPUSet.from_mask(in_use) if a.exclusive else EMPTY
+        reusable = dict(state.reusable)
+        left = reusable.pop(pod, EMPTY) - released
+        if left and len(state.pod_assignments(pod)) > 1:
+            reusable[pod] = left
+        default = state.default_set | (released & self.managed_shared)
+        return state.with_changes(default_set=default, drop=a.key, reusable=reusable)
+
+    def start(self, state: EngineState) -> tuple[EngineState, list[str]]:
+        """Make a loaded state consistent with this topology and configuration; return it plus what was fixed.
+
+        Where the kubelet's ``validateState`` refuses to start, this repairs and reports:
+        exclusive sets lose CPUs that are offline, reserved, or (without
+        prefer_isolated_cpus) isolated, and CPUs another container already holds; empty
+        exclusive sets are dropped; the shared pool is recomputed from the rest.
+        """
+        msgs: list[str] = []
+        allowed = self.topology.online - self.reserved
+        if not self.options.prefer_isolated_cpus:
+            allowed = allowed - self.topology.isolated
+        fixed: dict[tuple[str, str], Assignment] = {}
+        for key, a in sorted(state.assignments.items()):
+            if not a.exclusive:
+                if a.current or a.admitted:
+                    msgs.append(
+                        f"pod: {a.pod}, container: {a.container} is shared but recorded CPUs "
+                        f'"{a.current}"; cleared'
+                    )
+                fixed[key] = Assignment(
+                    a.pod, a.container, EMPTY, EMPTY, False, a.init, a.restartable, a.numa_affinity
+                )
+                continue
+            keep = a.current & allowed
+            if keep != a.current:
+                msgs.append(
+                    f'pod: {a.pod}, container: {a.container} cpuset: "{a.current}" holds CPUs '
+                    f'"{a.current - keep}" that are offline, reserved or isolated; dropped them'
+                )
+            for other in fixed.values():
+                if other.exclusive and keep & other.current and not _may_share(a, other):
+                    msgs.append(
+                        f'pod: {a.pod}, container: {a.container} cpuset: "{keep}" overlaps with '
+                        f'pod: {other.pod}, container: {other.container} cpuset: "{other.current}"; '
+                        "the first keeps them"
+                    )
+                    keep = keep - other.current
+            if not keep:
+                msgs.append(
+                    f"pod: {a.pod}, container: {a.container} has no usable exclusive CPUs left; "
+                    "assignment dropped"
+                )
+                continue
+            fixed[key] = Assignment(
+                a.pod, a.container, a.admitted, keep, True, a.init, a.restartable, a.numa_affinity
+            )
+        exclusive = EngineState(assignments=fixed).exclusive_cpus()
+        default = self.managed_shared - exclusive
+        msgs.extend(self._default_set_diagnosis(state, exclusive))
+        if default != state.default_set:
+            msgs.append(f'shared pool repaired: "{state.default_set}" -> "{default}"')
+        reusable: dict[str, CPUSet] = {}
+        for pod, cpus in state.reusable.items():
+            held = 0
+            for a in fixed.values():
+                if a.pod == pod:
+                    held |= a.current.mask
+            if cpus & CPUSet.from_mask(held):
+                reusable[pod] = cpus & CPUSet.from_mask(held)
+        return EngineState(default_set=default, assignments=fixed, reusable=reusable), msgs
+
+    def _default_set_diagnosis(self, state: EngineState, exclusive: CPUSet) -> list[str]:
+        """The kubelet's validateState complaints about the stored shared pool, worded as it words them."""
+        default = state.default_set
+        msgs: list[str] = []
+        if not default and state.assignments:
+            if self.managed_shared - exclusive:  # legitimately empty when exclusive sets took everything
+                msgs.append("default cpuset cannot be empty")
+        elif default:
+            if self.options.strict_cpu_reservation and self.reserved & default:
+                msgs.append(
+                    f'some of strictly reserved cpus: "{self.reserved & default}" are present in '
+                    f'defaultCpuSet: "{default}"'
+                )
+            if not self.options.strict_cpu_reservation and not self.reserved.issubset(default):
+                msgs.append(
+                    f'not all reserved cpus: "{self.reserved}" are present in defaultCpuSet: "{default}"'
+                )
+            for a in sorted(state.assignments.values(), key=lambda x: x.key):
+                if a.current & default:
+                    msgs.append(
+                        f'pod: {a.pod}, container: {a.container} cpuset: "{a.current}" overlaps with '
+                        f'default cpuset "{default}"'
+                    )
+            known = default | state.exclusive_cpus()
+            expected = self.managed_shared | exclusive
+            if known != expected:
+                msgs.append(
+                    f'current set of available CPUs "{expected}" doesn\'t match with CPUs in state "{known}"'
+                )
+        return msgs
+
+
+def _may_share(a: Assignment, b: Assignment) -> bool:
+    """Two exclusive sets may overlap only inside one pod when one is a (non-restartable) init container."""
+    return a.pod == b.pod and ((a.init and not a.restartable) or (b.init and not b.restartable))
