@@ -1,0 +1,411 @@
+"""Topology discovery from sysfs: captured and generated trees, degradation, and bad input."""
+# mypy: disable-error-code="untyped-decorator"
+# (hypothesis is imported untyped by the project mypy config)
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nri_pinner.engine.cpuset import CPUSet
+from nri_pinner.engine.sysfs import SysfsError, discover, discover_with_warnings
+from nri_pinner.engine.topology import Topology
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
+
+
+def _load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_sysfs", REPO / "scripts" / "gen_sysfs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gen_sysfs"] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _load_generator()
+
+
+def sysdir(root: Path) -> Path:
+    return root / "sys" / "devices" / "system"
+
+
+def copy_fixture(name: str, dest: Path) -> Path:
+    shutil.copytree(FIXTURES / name, dest / name, symlinks=True)
+    return dest / name
+
+
+def partition(groups: Any) -> set[frozenset[int]]:
+    return {frozenset(g) for g in groups if g}
+
+
+def assert_matches_shape(topo: Topology, shape: Any) -> None:
+    """Every fact the generator's layout states, checked against what discovery found."""
+    facts = gen.layout(shape)
+    assert topo.all_cpus == CPUSet(f.cpu for f in facts)
+    assert topo.online == CPUSet(f.cpu for f in facts if f.online)
+    assert topo.isolated == CPUSet(f.cpu for f in facts if f.isolated and f.online)
+    online_nodes = {f.numa for f in facts if f.online}
+    for f in facts:
+        info = topo.by_cpu[f.cpu]
+        assert (info.numa, info.online, info.isolated) == (f.numa, f.online, f.isolated)
+        if f.online:
+            assert (info.socket, info.die) == (f.socket, f.die)
+        elif f.numa in online_nodes:  # offline CPUs borrow their node's socket, when it has online CPUs
+            assert info.socket == f.socket
+    online = [f for f in facts if f.online]
+    cores: dict[int, set[int]] = {}
+    l3s: dict[int, set[int]] = {}
+    for f in online:
+        cores.setdefault(f.core_index, set()).add(f.cpu)
+        l3s.setdefault(f.l3, set()).add(f.cpu)
+    for f in online:
+        assert set(topo.siblings(f.cpu)) == cores[f.core_index]
+    assert partition(s & topo.online for s in topo.core_cpus.values()) == partition(cores.values())
+    assert partition(s & topo.online for s in topo.l3_cpus.values()) == partition(l3s.values())
+    assert topo.numa_nodes == list(range(shape.numa_nodes))
+    for a in topo.numa_nodes:
+        for b in topo.numa_nodes:
+            assert topo.distance(a, b) == shape.distance(a, b)
+    assert dict(topo.numa_memory_bytes) == {n: shape.mem_kib_per_numa * 1024 for n in range(shape.numa_nodes)}
+
+
+# -- the captured VM tree ---------------------------------------------------
+def test_captured_vm_tree() -> None:
+    root = FIXTURES / "vm-2cpu"
+    found = discover_with_warnings(root)
+    topo = found.topology
+    assert found.warnings == ()
+    assert topo.all_cpus == topo.online == CPUSet.parse("0-1")
+    assert topo.sockets == [0] and topo.numa_nodes == [0]
+    assert topo.threads_per_core == 1
+    assert topo.siblings(0) == CPUSet([0]) and topo.siblings(1) == CPUSet([1])
+    assert topo.l3_cpus == {0: CPUSet.parse("0-1")}
+    assert topo.distance(0, 0) == 10
+    meminfo = (sysdir(root) / "node" / "node0" / "meminfo").read_text().splitlines()
+    kib = int(next(line for line in meminfo if "MemTotal" in line).split()[3])
+    assert topo.numa_memory_bytes == {0: kib * 1024}
+
+
+# -- committed synthetic trees ----------------------------------------------
+@pytest.mark.parametrize("name", sorted(gen.NAMED))
+def test_committed_tree_matches_its_shape(name: str) -> None:
+    found = discover_with_warnings(FIXTURES / name)
+    assert found.warnings == ()
+    assert_matches_shape(found.topology, gen.NAMED[name])
+
+
+@pytest.mark.parametrize("name", sorted(gen.NAMED))
+def test_committed_tree_is_what_the_generator_writes(name: str, tmp_path: Path) -> None:
+    fresh = gen.write_tree(tmp_path / name, gen.NAMED[name])
+    committed = FIXTURES / name
+
+    def files(root: Path) -> dict[str, str]:
+        return {str(p.relative_to(root)): (f"-> {p.readlink()}" if p.is_symlink() else p.read_text())
+                for p in root.rglob("*") if p.is_file() or p.is_symlink()}
+
+    assert files(committed) == files(fresh), f"re-run scripts/gen_sysfs.py to refresh {committed}"
+
+
+def test_single_socket_ht_is_kubelet_numbering() -> None:
+    topo = discover(FIXTURES / "single-socket-ht")  # kubelet topoSingleSocketHT
+    assert len(topo.all_cpus) == 8 and len(topo.core_cpus) == 4
+    for c in range(4):
+        assert topo.siblings(c) == CPUSet([c, c + 4])
+
+
+def test_dual_socket_ht_is_kubelet_numbering() -> None:
+    topo = discover(FIXTURES / "dual-socket-ht")  # kubelet topoDualSocketHT
+    assert topo.socket_cpus == {0: CPUSet.parse("0,2,4,6,8,10"), 1: CPUSet.parse("1,3,5,7,9,11")}
+    assert topo.numa_cpus == {0: topo.socket_cpus[0], 1: topo.socket_cpus[1]}
+    for c in range(12):
+        assert topo.by_cpu[c].core == c % 6  # kubelet CoreID
+        assert topo.siblings(c) == CPUSet([c % 6, c % 6 + 6])
+
+
+def test_snc_nodes_share_socket_l3_and_core_ids_restart_per_socket() -> None:
+    topo = discover(FIXTURES / "dual-socket-snc")
+    assert topo.socket_cpus[0] == topo.cpus_in_numa([0, 1])
+    assert topo.l3_cpus == {0: topo.socket_cpus[0], 1: topo.socket_cpus[1]}
+    assert topo.by_cpu[0].core == topo.by_cpu[4].core == 0  # same sysfs core_id on both sockets ...
+    assert topo.core_of[0] != topo.core_of[4]  # ... yet different cores
+    assert topo.distance(0, 1) == 11 and topo.distance(0, 2) == 21
+
+
+def test_amd_multi_l3_groups_and_adjacent_siblings() -> None:
+    topo = discover(FIXTURES / "amd-multi-l3")
+    assert topo.l3_cpus == {i: CPUSet(range(4 * i, 4 * i + 4)) for i in range(4)}
+    assert topo.siblings(6) == CPUSet([6, 7])
+
+
+def test_offline_and_isolated_cpus() -> None:
+    topo = discover(FIXTURES / "offline-isolated")
+    assert topo.all_cpus == CPUSet.parse("0-15")  # cpu/offline also lists 16-31: possible, not present
+    assert topo.all_cpus - topo.online == CPUSet.parse("3,6,11")
+    assert topo.isolated == CPUSet.parse("2,10,14")
+    assert [topo.by_cpu[c].numa for c in (3, 6, 11)] == [0, 1, 0]  # from the cpuN/nodeM links
+    for c in (3, 6, 11):  # no topology dir: each offline CPU is a core of its own on its node's socket
+        assert topo.siblings(c) == CPUSet([c])
+        assert topo.by_cpu[c].socket == 0
+        assert topo.by_cpu[c].l3 == topo.by_cpu[c].numa
+    assert topo.siblings(14) == CPUSet([14])  # its sibling 6 is offline
+    assert len({topo.core_of[c] for c in topo.all_cpus}) == 10
+
+
+# -- big shapes, generated into tmp ---------------------------------------------
+@pytest.fixture(scope="module")
+def large_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("large")
+    return {name: gen.write_tree(base / name, shape) for name, shape in gen.LARGE.items()}
+
+
+@pytest.mark.parametrize("name", sorted(gen.LARGE))
+def test_large_tree_matches_its_shape(name: str, large_trees: dict[str, Path]) -> None:
+    found = discover_with_warnings(large_trees[name])
+    assert found.warnings == ()
+    assert_matches_shape(found.topology, gen.LARGE[name])
+
+
+def test_kubelet_large_epyc_numbering(large_trees: dict[str, Path]) -> None:
+    topo = discover(large_trees["dual-socket-8numa-256"])  # topoDualSocketMultiNumaPerSocketHTLarge
+    assert len(topo.all_cpus) == 256 and len(topo.core_cpus) == 128
+    for n in range(8):
+        lo = 16 * n
+        assert topo.numa_cpus[n] == CPUSet(range(lo, lo + 16)) | CPUSet(range(128 + lo, 128 + lo + 16))
+    assert topo.socket_cpus[1] == topo.cpus_in_numa(range(4, 8))
+    assert all(topo.siblings(c) == CPUSet([c, c + 128]) for c in range(128))
+    assert len(topo.l3_cpus) == 32
+    assert (topo.distance(0, 3), topo.distance(0, 4)) == (12, 32)
+
+
+def test_1024_cpus_16_numa(large_trees: dict[str, Path]) -> None:
+    topo = discover(large_trees["quad-socket-16numa-1024"])
+    assert len(topo.all_cpus) == 1024
+    counts = (len(topo.sockets), len(topo.numa_nodes), len(topo.core_cpus), len(topo.l3_cpus))
+    assert counts == (4, 16, 512, 32)
+    assert {len(s) for s in topo.numa_cpus.values()} == {64}
+
+
+shapes = st.builds(
+    gen.Shape,
+    sockets=st.integers(1, 3), numa_per_socket=st.integers(1, 2), cores_per_numa=st.sampled_from([2, 4]),
+    threads_per_core=st.integers(1, 2), dies_per_socket=st.sampled_from([1, 2]),
+    siblings=st.sampled_from(["spread", "adjacent"]), interleave_sockets=st.booleans(),
+    core_id_scope=st.sampled_from(["machine", "socket"]), l3_id_files=st.booleans(),
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(shapes, st.data())
+def test_any_generated_shape_is_discovered(shape: Any, data: st.DataObject) -> None:
+    n = shape.cpus
+    offline = data.draw(st.sets(st.integers(1, n - 1), max_size=n // 3), label="offline")
+    isolated = data.draw(st.sets(st.integers(0, n - 1), max_size=n // 3), label="isolated")
+    shape = gen.Shape(**{**shape.__dict__, "offline": frozenset(offline), "isolated": frozenset(isolated)})
+    with tempfile.TemporaryDirectory() as tmp:
+        found = discover_with_warnings(gen.write_tree(Path(tmp), shape))
+    assert_matches_shape(found.topology, shape)
+    assert all("L3 cache without an id" in w for w in found.warnings)
+    assert len(found.warnings) == (0 if shape.l3_id_files else 1)
+
+
+# -- degradation: one warning per kind, sane result --------------------------------
+@pytest.fixture
+def tree(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    yield copy_fixture(getattr(request, "param", "dual-socket-snc"), tmp_path)
+
+
+def test_no_node_dir_means_one_node_with_everything(tree: Path) -> None:
+    shutil.rmtree(sysdir(tree) / "node")
+    found = discover_with_warnings(tree)
+    assert len(found.warnings) == 1 and "NUMA" in found.warnings[0]
+    topo = found.topology
+    assert topo.numa_cpus == {0: topo.all_cpus}
+    assert topo.numa_memory_bytes == {} and topo.numa_distances == {}
+    assert len(topo.core_cpus) == 8 and topo.sockets == [0, 1]
+
+
+def test_no_cache_dirs_means_l3_is_the_socket(tree: Path) -> None:
+    for cache in sysdir(tree).glob("cpu/cpu*/cache"):
+        shutil.rmtree(cache)
+    found = discover_with_warnings(tree)
+    assert len(found.warnings) == 1 and "L3" in found.warnings[0]
+    assert all(c.l3 == c.socket for c in found.topology.cpus)
+
+
+@pytest.mark.parametrize("tree", ["amd-multi-l3"], indirect=True)
+def test_l3_without_id_files_is_numbered_from_shared_lists(tree: Path) -> None:
+    for f in sysdir(tree).glob("cpu/cpu*/cache/index3/id"):
+        f.unlink()
+    found = discover_with_warnings(tree)
+    assert len(found.warnings) == 1 and "shared_cpu_list" in found.warnings[0]
+    assert found.topology.l3_cpus == {i: CPUSet(range(4 * i, 4 * i + 4)) for i in range(4)}
+
+
+@pytest.mark.parametrize("tree", ["dual-socket-ht"], indirect=True)
+def test_l3_ids_repeated_across_sockets_are_made_unique(tree: Path) -> None:
+    for f in sysdir(tree).glob("cpu/cpu*/cache/index3/id"):
+        f.write_text("0\n")
+    found = discover_with_warnings(tree)
+    topo = found.topology
+    assert partition(topo.l3_cpus.values()) == partition(topo.socket_cpus.values())
+    assert found.warnings == ()
+
+
+def test_online_cpu_without_topology_dir_becomes_its_own_core(tree: Path) -> None:
+    shutil.rmtree(sysdir(tree) / "cpu" / "cpu9" / "topology")  # sibling of 1, socket 0, node 0
+    found = discover_with_warnings(tree)
+    topo = found.topology
+    assert len(found.warnings) == 1 and "topology directory" in found.warnings[0]
+    assert "CPUs 9:" in found.warnings[0]
+    assert topo.siblings(9) == CPUSet([9]) and topo.siblings(1) == CPUSet([1])
+    assert (topo.by_cpu[9].socket, topo.by_cpu[9].numa, topo.by_cpu[9].online) == (0, 0, True)
+
+
+def test_missing_online_offline_and_isolated_files(tree: Path) -> None:
+    for name in ("online", "offline", "isolated"):
+        (sysdir(tree) / "cpu" / name).unlink()
+    found = discover_with_warnings(tree)
+    assert len(found.warnings) == 2
+    assert found.topology.online == found.topology.all_cpus == CPUSet.parse("0-15")
+
+
+def test_missing_online_falls_back_to_offline(tmp_path: Path) -> None:
+    tree = copy_fixture("offline-isolated", tmp_path)
+    (sysdir(tree) / "cpu" / "online").unlink()
+    found = discover_with_warnings(tree)
+    assert len(found.warnings) == 1
+    assert found.topology.all_cpus - found.topology.online == CPUSet.parse("3,6,11")
+
+
+def test_missing_distance_uses_kernel_defaults(tree: Path) -> None:
+    (sysdir(tree) / "node" / "node2" / "distance").unlink()
+    found = discover_with_warnings(tree)
+    assert len(found.warnings) == 1 and "distance" in found.warnings[0]
+    assert found.topology.distance(0, 1) == 20 and found.topology.distance(1, 1) == 10
+
+
+def test_partial_container_sysfs_warns_once_per_kind(tree: Path) -> None:
+    for cache in sysdir(tree).glob("cpu/cpu*/cache"):
+        shutil.rmtree(cache)
+    for meminfo in sysdir(tree).glob("node/node*/meminfo"):
+        meminfo.unlink()
+    (sysdir(tree) / "cpu" / "isolated").unlink()
+    found = discover_with_warnings(tree)
+    assert len(found.warnings) == 3  # not one per CPU or per node
+    assert found.topology.numa_memory_bytes == {}
+    assert found.topology.isolated == CPUSet()
+    assert len(found.topology.numa_nodes) == 4 and len(found.topology.core_cpus) == 8
+
+
+def test_cpuless_numa_node_is_ignored(tmp_path: Path) -> None:
+    shape = gen.Shape(sockets=2, cores_per_numa=2, cpuless_nodes=1)
+    found = discover_with_warnings(gen.write_tree(tmp_path, shape))
+    assert len(found.warnings) == 1 and "[2]" in found.warnings[0]
+    assert found.topology.numa_nodes == [0, 1]
+    assert found.topology.to_json()["numa_distances"] == [[10, 21], [21, 10]]
+
+
+def test_core_id_repeating_across_dies_is_renumbered(tmp_path: Path) -> None:
+    shape = gen.Shape(cores_per_numa=4, dies_per_socket=2, core_id_scope="die")
+    found = discover_with_warnings(gen.write_tree(tmp_path, shape))
+    assert len(found.warnings) == 1 and "dies" in found.warnings[0]
+    assert_matches_shape(found.topology, shape)
+
+
+def test_core_id_contradicting_sibling_lists_follows_the_lists(tree: Path) -> None:
+    (sysdir(tree) / "cpu" / "cpu9" / "topology" / "core_id").write_text("7\n")
+    found = discover_with_warnings(tree)
+    assert len(found.warnings) == 1 and "sibling" in found.warnings[0]
+    assert found.topology.siblings(9) == CPUSet([1, 9])
+
+
+def test_discover_logs_the_warnings(tree: Path, caplog: pytest.LogCaptureFixture) -> None:
+    shutil.rmtree(sysdir(tree) / "node")
+    with caplog.at_level(logging.WARNING, logger="nri_pinner.engine.sysfs"):
+        topo = discover(tree)
+    assert topo.numa_nodes == [0]
+    assert len(caplog.records) == 1 and "NUMA" in caplog.records[0].getMessage()
+
+
+# -- errors name the file -----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("relpath", "content", "expect"),
+    [
+        ("cpu/cpu5/topology/physical_package_id", "zero\n", "integer"),
+        ("cpu/cpu5/topology/core_id", "\n", "integer"),
+        ("cpu/cpu5/cache/index3/level", "three\n", "integer"),
+        ("node/node1/cpulist", "3-1\n", "'3-1'"),
+        ("cpu/online", "0-15,a\n", "'a'"),
+        ("cpu/cpu5/topology/core_cpus_list", "5\n", "differs"),
+        ("node/node1/distance", "11 10 21\n", "3 distances for 4"),
+        ("node/node1/distance", "11 ten 21 21\n", "integers"),
+        ("node/node1/meminfo", "Node 1 MemFree: 12 kB\n", "MemTotal"),
+        ("node/node1/meminfo", "Node 1 MemTotal: lots kB\n", "MemTotal"),
+    ],
+)
+def test_garbage_raises_naming_the_file(tree: Path, relpath: str, content: str, expect: str) -> None:
+    (sysdir(tree) / relpath).write_text(content)
+    with pytest.raises(SysfsError) as err:
+        discover(tree)
+    message = str(err.value)
+    assert expect in message
+    assert str(sysdir(tree) / Path(relpath).parent) in message
+
+
+def test_non_text_file_raises_naming_it(tree: Path) -> None:
+    path = sysdir(tree) / "cpu" / "cpu2" / "topology" / "core_id"
+    path.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(SysfsError, match="core_id"):
+        discover(tree)
+
+
+def test_cpu_in_two_nodes_raises(tree: Path) -> None:
+    (sysdir(tree) / "node" / "node1" / "cpulist").write_text("0,2-3,10-11\n")
+    with pytest.raises(SysfsError, match=r"node1/cpulist: CPU 0 also belongs to node0"):
+        discover(tree)
+
+
+def test_sibling_list_without_the_cpu_itself_raises(tree: Path) -> None:
+    topo = sysdir(tree) / "cpu" / "cpu5" / "topology"
+    for name in ("core_cpus_list", "thread_siblings_list"):
+        (topo / name).write_text("4,12\n")
+    with pytest.raises(SysfsError, match=r"cpu5/topology: sibling list 4,12 does not include CPU 5"):
+        discover(tree)
+
+
+def test_asymmetric_sibling_lists_raise(tree: Path) -> None:
+    topo = sysdir(tree) / "cpu" / "cpu9" / "topology"
+    for name in ("core_cpus_list", "thread_siblings_list"):
+        (topo / name).write_text("9\n")
+    with pytest.raises(SysfsError, match="disagree"):
+        discover(tree)
+
+
+def test_siblings_on_two_packages_raise(tree: Path) -> None:
+    (sysdir(tree) / "cpu" / "cpu9" / "topology" / "physical_package_id").write_text("1\n")
+    with pytest.raises(SysfsError, match="different packages"):
+        discover(tree)
+
+
+def test_online_and_offline_overlap_raises(tree: Path) -> None:
+    (sysdir(tree) / "cpu" / "offline").write_text("3\n")
+    with pytest.raises(SysfsError, match="both list CPUs 3"):
+        discover(tree)
+
+
+def test_no_cpu_directory_raises(tmp_path: Path) -> None:
+    with pytest.raises(SysfsError, match="no CPU directory"):
+        discover(tmp_path)
