@@ -1,0 +1,1 @@
+"""End-to-end tests against real, private containerd instances (see harness.py)."""

@@ -1,0 +1,92 @@
+"""Fixtures for end-to-end tests: a private containerd per installed runtime, driven through CRI.
+
+``containerd`` is parametrised over the runtimes in RUNTIMES; a runtime that is not installed (or a
+non-root run) skips with the reason, so a dev box without them still runs the unit tests.
+scripts/install-runtimes.sh installs both; CI sets NRI_PINNER_E2E_REQUIRED=1 to turn such skips
+into failures. Workdirs live under $NRI_PINNER_E2E_WORKDIR
+(default <repo>/e2e-work), one lockable slot per concurrent run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .cri_stubs import CriStubError, ensure_cri_stubs
+from .harness import PrivateContainerd, claim_workdir
+from .host_cleanup import RuntimeMissing, find_runtime
+from .plugins import PluginProcess
+
+RUNTIMES = ("1.7", "2.1")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def e2e_base_dir() -> Path:
+    return Path(os.environ.get("NRI_PINNER_E2E_WORKDIR", str(REPO / "e2e-work")))
+
+
+def pytest_report_header() -> list[str]:
+    lines = []
+    for key in RUNTIMES:
+        try:
+            lines.append(f"e2e containerd {key}: {find_runtime(key).reported}")
+        except RuntimeMissing as missing:
+            lines.append(f"e2e containerd {key}: not installed ({missing})")
+    return lines
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "containerd" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session", params=RUNTIMES, ids=[f"containerd-{k}" for k in RUNTIMES])
+def containerd_session(request: pytest.FixtureRequest) -> Iterator[PrivateContainerd]:
+    key: str = request.param
+    try:
+        if os.geteuid() != 0:
+            raise RuntimeMissing(f"containerd {key}: e2e tests need root (they start containerd, write cgroups)")
+        find_runtime(key)
+        ensure_cri_stubs()
+    except (RuntimeMissing, CriStubError) as missing:
+        if os.environ.get("NRI_PINNER_E2E_REQUIRED") == "1":
+            pytest.fail(f"NRI_PINNER_E2E_REQUIRED=1 but {missing}")
+        pytest.skip(str(missing))
+    workdir, lock = claim_workdir(e2e_base_dir() / f"containerd-{key}")
+    runtime = PrivateContainerd(key, workdir)
+    try:
+        runtime.start()
+        print(
+            f"\ne2e: containerd {key} running version {runtime.version} "
+            f"({runtime.install.reported}); workdir {workdir}; started in {runtime.start_seconds:.2f}s"
+        )
+        yield runtime
+    finally:
+        runtime.stop()
+        lock.close()
+
+
+@pytest.fixture
+def containerd(
+    containerd_session: PrivateContainerd, record_property: Callable[[str, object], None]
+) -> Iterator[PrivateContainerd]:
+    """The session's private containerd; pods and plugins a test leaves behind are removed after it."""
+    record_property("containerd_version", containerd_session.version)
+    yield containerd_session
+    for plugin in containerd_session.plugins:
+        plugin.stop()
+    containerd_session.plugins.clear()
+    if not containerd_session.is_running:  # a test stopped it: later tests get a fresh instance
+        containerd_session.start()
+    containerd_session.cri.remove_everything()
+
+
+@pytest.fixture
+def start_plugin(containerd: PrivateContainerd) -> Callable[..., PluginProcess]:
+    """``start_plugin(argv, name=None, env=None, timeout=15)``: start an external NRI plugin on this
+    containerd's NRI socket (also in $NRI_SOCKET_PATH) and wait until containerd logs it connected."""
+    return containerd.start_plugin

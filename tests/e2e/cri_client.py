@@ -1,0 +1,214 @@
+"""A small CRI (runtime.v1) client that sends what the kubelet sends, over a private containerd's socket.
+
+Messages come from stubs generated at run time (``cri_stubs.ensure_cri_stubs``); they are imported
+dynamically and typed ``Any`` because generated protobuf code is outside the typed surface. The public
+methods take and return plain Python values.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grpc
+
+from .cri_stubs import ensure_cri_stubs
+
+# NamespaceMode in api.proto
+NS_POD, NS_CONTAINER, NS_NODE = 0, 1, 2
+# ContainerState in api.proto
+CONTAINER_STATES = {0: "CREATED", 1: "RUNNING", 2: "EXITED", 3: "UNKNOWN"}
+DEFAULT_CALL_TIMEOUT = 60.0  # seconds: a hung runtime becomes an error, not a stuck test run
+
+
+def _load_stubs() -> tuple[ModuleType, ModuleType]:
+    ensure_cri_stubs()
+    pkg = __package__ or "tests.e2e"
+    return importlib.import_module(f"{pkg}.gen.api_pb2"), importlib.import_module(f"{pkg}.gen.api_pb2_grpc")
+
+
+@dataclass(frozen=True)
+class RuntimeVersion:
+    runtime_name: str
+    runtime_version: str
+    runtime_api_version: str
+
+
+@dataclass(frozen=True)
+class ContainerSummary:
+    id: str
+    pod_sandbox_id: str
+    name: str
+    state: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+
+@dataclass(frozen=True)
+class SandboxSummary:
+    id: str
+    name: str
+    namespace: str
+    uid: str
+    ready: bool
+
+
+class CriClient:
+    """Blocking CRI RuntimeService client for ``unix://<socket>``."""
+
+    def __init__(self, socket: Path, timeout: float = DEFAULT_CALL_TIMEOUT) -> None:
+        self.pb, grpc_mod = _load_stubs()
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(f"unix://{socket}")
+        self._rt: Any = grpc_mod.RuntimeServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _call(self, method: str, request: Any) -> Any:
+        return getattr(self._rt, method)(request, timeout=self.timeout)
+
+    def version(self) -> RuntimeVersion:
+        r = self._call("Version", self.pb.VersionRequest(version="v1"))
+        return RuntimeVersion(r.runtime_name, r.runtime_version, r.runtime_api_version)
+
+    # --- requests -----------------------------------------------------------------------------------
+    def pod_sandbox_config(
+        self,
+        *,
+        name: str,
+        namespace: str,
+        uid: str,
+        cgroup_parent: str,
+        log_directory: Path,
+        resources: Mapping[str, int] | None = None,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        privileged: bool = False,
+    ) -> Any:
+        """A host-network PodSandboxConfig. ``hostname`` stays empty, as the kubelet leaves it for
+        hostNetwork pods: containerd drops the UTS namespace and runc refuses a hostname without one."""
+        pb = self.pb
+        ns = pb.NamespaceOption(network=NS_NODE, pid=NS_CONTAINER, ipc=NS_POD)
+        linux = pb.LinuxPodSandboxConfig(
+            cgroup_parent=cgroup_parent,
+            security_context=pb.LinuxSandboxSecurityContext(namespace_options=ns, privileged=privileged),
+        )
+        if resources is not None:
+            linux.resources.CopyFrom(pb.LinuxContainerResources(**resources))
+        return pb.PodSandboxConfig(
+            metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=0),
+            hostname="",
+            log_directory=str(log_directory),
+            labels=dict(labels or {}),
+            annotations=dict(annotations or {}),
+            linux=linux,
+        )
+
+    def run_pod_sandbox(self, config: Any, runtime_handler: str = "") -> str:
+        req = self.pb.RunPodSandboxRequest(config=config, runtime_handler=runtime_handler)
+        return str(self._call("RunPodSandbox", req).pod_sandbox_id)
+
+    def create_container(
+        self,
+        sandbox_id: str,
+        sandbox_config: Any,
+        *,
+        name: str,
+        image: str,
+        command: Sequence[str],
+        args: Sequence[str] = (),
+        resources: Mapping[str, int] | None = None,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        log_path: str = "",
+        envs: Mapping[str, str] | None = None,
+        privileged: bool = False,
+        attempt: int = 0,
+    ) -> str:
+        pb = self.pb
+        ns = sandbox_config.linux.security_context.namespace_options
+        linux = pb.LinuxContainerConfig(
+            security_context=pb.LinuxContainerSecurityContext(namespace_options=ns, privileged=privileged)
+        )
+        if resources is not None:
+            linux.resources.CopyFrom(pb.LinuxContainerResources(**resources))
+        config = pb.ContainerConfig(
+            metadata=pb.ContainerMetadata(name=name, attempt=attempt),
+            image=pb.ImageSpec(image=image),
+            command=list(command),
+            args=list(args),
+            envs=[pb.KeyValue(key=k, value=v) for k, v in (envs or {}).items()],
+            labels=dict(labels or {}),
+            annotations=dict(annotations or {}),
+            log_path=log_path,
+            linux=linux,
+        )
+        req = pb.CreateContainerRequest(pod_sandbox_id=sandbox_id, config=config, sandbox_config=sandbox_config)
+        return str(self._call("CreateContainer", req).container_id)
+
+    def start_container(self, container_id: str) -> None:
+        self._call("StartContainer", self.pb.StartContainerRequest(container_id=container_id))
+
+    def update_container_resources(self, container_id: str, **fields: int | str) -> None:
+        """E.g. ``update_container_resources(cid, cpuset_cpus="1")`` (the kubelet's cpuset-only update)
+        or a full resize with cpu_shares/cpu_quota/cpu_period/memory_limit_in_bytes."""
+        req = self.pb.UpdateContainerResourcesRequest(
+            container_id=container_id, linux=self.pb.LinuxContainerResources(**fields)
+        )
+        self._call("UpdateContainerResources", req)
+
+    def stop_container(self, container_id: str, timeout_s: int = 10) -> None:
+        self._call("StopContainer", self.pb.StopContainerRequest(container_id=container_id, timeout=timeout_s))
+
+    def remove_container(self, container_id: str) -> None:
+        self._call("RemoveContainer", self.pb.RemoveContainerRequest(container_id=container_id))
+
+    def stop_pod_sandbox(self, sandbox_id: str) -> None:
+        self._call("StopPodSandbox", self.pb.StopPodSandboxRequest(pod_sandbox_id=sandbox_id))
+
+    def remove_pod_sandbox(self, sandbox_id: str) -> None:
+        self._call("RemovePodSandbox", self.pb.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id))
+
+    def list_containers(self, pod_sandbox_id: str = "") -> list[ContainerSummary]:
+        flt = self.pb.ContainerFilter(pod_sandbox_id=pod_sandbox_id)
+        resp = self._call("ListContainers", self.pb.ListContainersRequest(filter=flt))
+        return [
+            ContainerSummary(
+                c.id,
+                c.pod_sandbox_id,
+                c.metadata.name,
+                CONTAINER_STATES.get(c.state, str(c.state)),
+                dict(c.labels),
+                dict(c.annotations),
+            )
+            for c in resp.containers
+        ]
+
+    def list_pod_sandboxes(self) -> list[SandboxSummary]:
+        resp = self._call("ListPodSandbox", self.pb.ListPodSandboxRequest())
+        return [
+            SandboxSummary(s.id, s.metadata.name, s.metadata.namespace, s.metadata.uid, s.state == 0)
+            for s in resp.items
+        ]
+
+    def container_status(self, container_id: str) -> tuple[str, dict[str, Any]]:
+        """(state, verbose info): the info JSON holds ``pid`` and ``runtimeSpec`` (with linux.cgroupsPath)."""
+        resp = self._call("ContainerStatus", self.pb.ContainerStatusRequest(container_id=container_id, verbose=True))
+        info: dict[str, Any] = json.loads(resp.info["info"]) if "info" in resp.info else {}
+        return CONTAINER_STATES.get(resp.status.state, str(resp.status.state)), info
+
+    def remove_everything(self) -> None:
+        """Stop and remove every container and sandbox (a private instance holds only this run's pods)."""
+        for c in self.list_containers():
+            if c.state == "RUNNING":
+                self.stop_container(c.id, timeout_s=2)
+            self.remove_container(c.id)
+        for s in self.list_pod_sandboxes():
+            self.stop_pod_sandbox(s.id)
+            self.remove_pod_sandbox(s.id)
