@@ -6,8 +6,12 @@ invert what the kubelet wrote into the CRI request:
   `/kubepods.slice/kubepods-burstable.slice/...`): "besteffort" → BestEffort, "burstable" →
   Burstable, any other kubepods parent → Guaranteed; no kubepods parent → not a kubelet pod.
 - request from cpu.shares (shares*1000/1024, rounded; 2 shares = 0), limit from quota/period.
-- exact values, init/sidecar marks and explicit exclusive CPUs from pod annotations (README), since
-  nothing in CRI marks init or restartable init containers.
+- init containers from the kubelet's container annotation `io.kubernetes.container.type` = "init"
+  (kuberuntime/labels.go); it says "init" for restartable (sidecar) init containers too, and
+  nothing else in CRI tells them apart. So: a pod annotation may name sidecars, and the service
+  treats an init container that is still running when an app container of its pod is created as
+  a sidecar (regular init containers have exited by then).
+- exact values and explicit exclusive CPUs from pod annotations (README).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ CPU_ANNOTATION = ANNOTATION_PREFIX + "cpu."  # + container name: "<request>[/<li
 EXCLUSIVE_ANNOTATION = ANNOTATION_PREFIX + "exclusive-cpus"
 INIT_ANNOTATION = ANNOTATION_PREFIX + "init-containers"  # "a,b"
 SIDECAR_ANNOTATION = ANNOTATION_PREFIX + "sidecar-containers"  # restartable init containers: "c"
+KUBELET_CONTAINER_TYPE = "io.kubernetes.container.type"  # "init" | "container" | "ephemeral"
 
 MIN_SHARES = 2
 SHARES_PER_CPU = 1024
@@ -129,5 +134,6 @@ def intent_from_nri(pod: Any, container: Any) -> ContainerIntent:
     return ContainerIntent(
         pod_uid=pod.uid, pod_name=pod.name, namespace=pod.namespace, container=name,
         container_id=container.id, qos=qos, request_milli=request, limit_milli=limit,
-        init=name in inits, restartable=name in sidecars, source=source,
+        init=name in inits or container.annotations.get(KUBELET_CONTAINER_TYPE) == "init",
+        restartable=name in sidecars, source=source,
     )

@@ -94,3 +94,11 @@ def test_init_and_sidecar_marks_come_from_pod_annotations() -> None:
     assert side.init and side.restartable
     app = intent_from_nri(*make("/kubepods/pod1", 1024, name="app", pod_ann=ann))
     assert not app.init and not app.restartable
+
+
+def test_kubelet_container_type_annotation_marks_init() -> None:
+    init = intent_from_nri(*make("/kubepods/pod1", 1024, name="setup",
+                                 ctr_ann={"io.kubernetes.container.type": "init"}))
+    assert init.init and not init.restartable
+    app = intent_from_nri(*make("/kubepods/pod1", 1024, ctr_ann={"io.kubernetes.container.type": "container"}))
+    assert not app.init
