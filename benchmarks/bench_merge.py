@@ -1,0 +1,117 @@
+"""Time one full best-effort admission: CPU hint generation plus the Topology Manager merge.
+
+Three hint providers: CPUs (from the free set), a GPU provider (devices on two
+NUMA nodes) and a NIC provider (two ports on NUMA 0 and 1). Machines are
+built in-process: 256 CPUs = 2 sockets x 4 NUMA x 16 cores x 2 threads, and
+1024 CPUs = 2 sockets x 8 NUMA x 32 cores x 2 threads. Free sets: empty node,
+lower half of the NUMA nodes fully taken, and a random half of all CPUs taken.
+
+Targets: p99 < 1 ms (256 CPUs / 8 NUMA) and < 10 ms (1024 CPUs / 16 NUMA).
+Run: .venv/bin/python benchmarks/bench_merge.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+from nri_pinner.engine.cpu_hints import CPUHintProvider
+from nri_pinner.engine.cpuset import CPUSet
+from nri_pinner.engine.hints import (
+    HintProvider,
+    HintRequest,
+    ResourceHints,
+    StaticHintProvider,
+    TopologyHint,
+    mask_of,
+)
+from nri_pinner.engine.merge import Policy, TopologyManager, merge_container
+from nri_pinner.engine.topology import CPUInfo, Topology
+
+
+def build(sockets: int, numa_per_socket: int, cores_per_numa: int, threads: int) -> Topology:
+    total_cores = sockets * numa_per_socket * cores_per_numa
+    cpus = []
+    for socket in range(sockets):
+        for local in range(numa_per_socket):
+            numa = socket * numa_per_socket + local
+            for c in range(cores_per_numa):
+                core = numa * cores_per_numa + c
+                for t in range(threads):
+                    cpus.append(CPUInfo(cpu=t * total_cores + core, socket=socket,
+                                        core=local * cores_per_numa + c, numa=numa, l3=numa))
+    distances = {a: {b: 10 if a == b else (12 if a // numa_per_socket == b // numa_per_socket else 32)
+                     for b in range(sockets * numa_per_socket)} for a in range(sockets * numa_per_socket)}
+    return Topology(cpus=tuple(cpus), numa_distances=distances)
+
+
+def device_hints(nodes: int) -> dict[str, tuple[TopologyHint, ...]]:
+    gpu = (1, nodes // 2 + 1)
+    return {
+        "vendor.com/gpu": (TopologyHint(mask_of([gpu[0]]), True), TopologyHint(mask_of([gpu[1]]), True),
+                           TopologyHint(mask_of(gpu), False)),
+        "vendor.com/nic": (TopologyHint(mask_of([0]), True), TopologyHint(mask_of([1]), True),
+                           TopologyHint(mask_of([0, 1]), False)),
+    }
+
+
+class _Named:
+    """Splits the static hints into two providers so the merge sees three."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def hints(self, request: HintRequest) -> ResourceHints | None:
+        got = StaticHintProvider().hints(request) or {}
+        return {k: v for k, v in got.items() if self.name in k} or None
+
+
+def free_sets(topology: Topology, rng: random.Random) -> dict[str, CPUSet]:
+    nodes = topology.numa_nodes
+    lower = topology.cpus_in_numa(nodes[: len(nodes) // 2])
+    every = topology.all_cpus.sorted()
+    taken = CPUSet(rng.sample(every, len(every) // 2))
+    return {"empty": topology.all_cpus, "half-numa-taken": topology.all_cpus - lower,
+            "random-half-taken": topology.all_cpus - taken}
+
+
+def _constant(free: CPUSet) -> Callable[[], CPUSet]:
+    return lambda: free
+
+
+def run(repeat: int) -> bool:
+    ok = True
+    rng = random.Random(42)
+    machines = [("256cpu/8numa", build(2, 4, 16, 2), 1.0), ("1024cpu/16numa", build(2, 8, 32, 2), 10.0)]
+    print(f"{'machine':16} {'free set':18} {'req':>4} {'median ms':>10} {'p99 ms':>8}  result")
+    for label, topology, target_ms in machines:
+        manager = TopologyManager.from_topology(topology, Policy.BEST_EFFORT, prefer_closest_numa_nodes=False)
+        for free_label, free in free_sets(topology, rng).items():
+            cpu = CPUHintProvider(topology, _constant(free))
+            providers: list[HintProvider] = [cpu, _Named("gpu"), _Named("nic")]
+            for request in (1, 4, 16, 64):
+                req = HintRequest("pod", "c", exclusive_cpus=request,
+                                  static_hints=device_hints(len(topology.numa_nodes)))
+                samples = []
+                for _ in range(repeat):
+                    start = time.perf_counter_ns()
+                    result = merge_container(manager, providers, req)
+                    samples.append((time.perf_counter_ns() - start) / 1e6)
+                samples.sort()
+                p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+                ok &= p99 < target_ms
+                print(f"{label:16} {free_label:18} {request:>4} {statistics.median(samples):>10.3f} "
+                      f"{p99:>8.3f}  {result.hint}")
+    print("targets met" if ok else "TARGET MISSED (p99 < 1 ms on 256 CPUs, < 10 ms on 1024 CPUs)")
+    return ok
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=300)
+    args = parser.parse_args()
+    sys.exit(0 if run(args.repeat) else 1)
