@@ -12,6 +12,7 @@ from .settings import (
     Settings,
     StateSettings,
     TopologyManagerSettings,
+    from_mapping,
     load,
     load_file,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "Settings",
     "StateSettings",
     "TopologyManagerSettings",
+    "from_mapping",
     "load",
     "load_file",
 ]

@@ -180,6 +180,13 @@ def load(text: str, source: str = "<config>") -> Settings:
     return _parse(data, source)
 
 
+def from_mapping(data: Mapping[str, Any], source: str = "<config>") -> Settings:
+    """The same validation for a mapping that did not come from a TOML file (simulate's "config")."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a table of settings, got {type(data).__name__}")
+    return _parse(data, source)
+
+
 def load_file(path: str | Path) -> Settings:
     p = Path(path)
     try:

@@ -1,0 +1,127 @@
+"""`nri-pinner simulate`: the engine behind a JSON front end, for previewing a node shape.
+
+Scenario: {"topology": {...same shape as `topology --json`...}, "config": {...TOML keys...},
+"ops": [{"op": "create", "pod": ..., "container": ..., "qos": ..., "cpu_request_milli": ...,
+"cpu_limit_milli": ..., "init": false, "restartable": false, "hints": {...}}, {"op": "remove", ...}]}.
+Output: one JSON object per op (JSON lines).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any, TextIO
+
+from ..config import ConfigError, from_mapping
+from .admission import AdmissionRequest, Engine
+from .errors import EngineError
+from .hints import parse_static_hints
+from .state import EngineState
+from .sysfs import SysfsError, discover
+from .topology import Topology, TopologyError
+
+CREATE_KEYS = {"op", "pod", "container", "qos", "cpu_request_milli", "cpu_limit_milli", "init", "restartable",
+               "hints", "pod_exclusive_cpus"}
+REMOVE_KEYS = {"op", "pod", "container"}
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run; the message names the part that is wrong."""
+
+
+def load_engine(scenario: Mapping[str, Any], sysfs_root: str | None) -> Engine:
+    unknown = set(scenario) - {"topology", "config", "ops"}
+    if unknown:
+        raise ScenarioError(f"unknown top-level key(s) {sorted(unknown)}; expected topology, config, ops")
+    try:
+        if "topology" in scenario:
+            topology = Topology.from_json(scenario["topology"])
+        elif sysfs_root is not None:
+            topology = discover(sysfs_root)
+        else:
+            raise ScenarioError("no topology: give scenario.topology or --sysfs ROOT")
+        settings = from_mapping(scenario.get("config", {}), "scenario.config")
+        return Engine.from_settings(settings, topology)
+    except (TopologyError, SysfsError, ConfigError, EngineError) as exc:
+        raise ScenarioError(str(exc)) from exc
+
+
+def _request(op: Mapping[str, Any], where: str) -> AdmissionRequest:
+    unknown = set(op) - CREATE_KEYS
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key(s) {sorted(unknown)}")
+    try:
+        hints = parse_static_hints(op.get("hints", {}))
+        return AdmissionRequest(
+            pod=_str(op, "pod", where), container=_str(op, "container", where),
+            qos=str(op.get("qos", "besteffort")).lower().replace("-", ""),
+            cpu_request_milli=_int(op, "cpu_request_milli", where), cpu_limit_milli=_int(op, "cpu_limit_milli", where),
+            init=bool(op.get("init", False)), restartable=bool(op.get("restartable", False)),
+            hints=hints, pod_exclusive_cpus=op.get("pod_exclusive_cpus"),
+        )
+    except ValueError as exc:
+        raise ScenarioError(f"{where}: {exc}") from exc
+
+
+def _str(op: Mapping[str, Any], key: str, where: str) -> str:
+    value = op.get(key)
+    if not isinstance(value, str) or not value:
+        raise ScenarioError(f"{where}: {key!r} must be a non-empty string")
+    return value
+
+
+def _int(op: Mapping[str, Any], key: str, where: str) -> int:
+    value = op.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ScenarioError(f"{where}: {key!r} must be a non-negative integer")
+    return value
+
+
+def run_ops(engine: Engine, ops: Any) -> Iterator[dict[str, Any]]:
+    if not isinstance(ops, list):
+        raise ScenarioError("ops must be a list")
+    state: EngineState = engine.initial_state()
+    for i, op in enumerate(ops):
+        where = f"ops[{i}]"
+        if not isinstance(op, Mapping):
+            raise ScenarioError(f"{where}: must be an object")
+        kind = op.get("op")
+        if kind == "create":
+            state, decision = engine.admit(state, _request(op, where))
+            yield {"op": "create", **decision.to_json()}
+        elif kind == "remove":
+            unknown = set(op) - REMOVE_KEYS
+            if unknown:
+                raise ScenarioError(f"{where}: unknown key(s) {sorted(unknown)}")
+            pod, container = _str(op, "pod", where), _str(op, "container", where)
+            known = state.get(pod, container) is not None
+            state = engine.remove(state, pod, container)
+            out: dict[str, Any] = {"op": "remove", "pod": pod, "container": container, "removed": known,
+                                   "shared": str(engine.policy.shared_pool(state))}
+            if not known:
+                out["message"] = "no such container"
+            yield out
+        else:
+            raise ScenarioError(f"{where}: op must be 'create' or 'remove', got {kind!r}")
+
+
+def run_scenario_file(path: str, sysfs_root: str | None, out: TextIO) -> int:
+    try:
+        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
+        scenario = json.loads(text)
+        if not isinstance(scenario, dict):
+            raise ScenarioError("scenario must be a JSON object")
+        engine = load_engine(scenario, sysfs_root)
+        for result in run_ops(engine, scenario.get("ops", [])):
+            out.write(json.dumps(result) + "\n")
+    except OSError as exc:
+        print(f"nri-pinner simulate: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except json.JSONDecodeError as exc:
+        print(f"nri-pinner simulate: {path} is not valid JSON: {exc}", file=sys.stderr)
+        return 2
+    except ScenarioError as exc:
+        print(f"nri-pinner simulate: {path}: {exc}", file=sys.stderr)
+        return 2
+    return 0
