@@ -1,0 +1,1 @@
+"""Example NRI plugins built on :mod:`nri_pinner.nri.stub`."""

@@ -1,0 +1,308 @@
+"""asyncio NRI plugin stub, modelled on containerd/nri ``pkg/stub``.
+
+The plugin object implements only the handlers it needs; the stub owns the connection, registration,
+dispatch and the wire. Handlers (sync or async; all run on the stub's handler thread):
+
+* ``configure(req: ConfigureRequest) -> int | None`` — optional event mask (subset of the handled ones)
+* ``synchronize(pods: list[PodSandbox], containers: list[Container]) -> Sequence[ContainerUpdate] | None``
+* ``create_container(req) -> CreateContainerResponse | None``, likewise ``update_container``,
+  ``stop_container``, ``update_pod_sandbox``, ``validate_container_adjustment``
+* state events, each ``(event: StateChangeEvent) -> None``: ``run_pod_sandbox``, ``stop_pod_sandbox``,
+  ``remove_pod_sandbox``, ``post_create_container``, ``start_container``, ``post_start_container``,
+  ``post_update_container``, ``remove_container``, ``post_update_pod_sandbox``, or a catch-all
+  ``state_change``. NRI v0.12's dedicated RPCs and the older ``StateChange`` reach the same handler.
+* ``shutdown()``, ``on_connect()`` (before registering) and ``on_close()`` (after a connection ends):
+  hooks to rebuild state per connection.
+* ``fallback_<handler>(same args)`` — sync, quick, runs on the wire loop: the answer sent when
+  ``<handler>`` overruns its budget (default: an empty response); raising sends an error status.
+* ``discarded_reply(handler: str, args: tuple, outcome: object)`` — told about late answers.
+
+Unhandled or unknown methods are answered with Unimplemented (12); a v0.12 runtime then falls back
+to StateChange.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import socket
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nri_pinner.nri import codec, versions
+from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.nri.stub_dispatch import (
+    DEFAULT_REGISTRATION_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT,
+    PLUGIN_SERVICE,
+    RUNTIME_SERVICE,
+    Dispatcher,
+    StubStats,
+)
+from nri_pinner.nri.stub_handlers import HandlerThread, call_with_budget, event_names, implements
+from nri_pinner.nri.stub_wire import KvLogger, PeerClosedError, TtrpcPeer, TtrpcStatusError
+
+__all__ = [
+    "DEFAULT_SOCKET_PATH",
+    "PLUGIN_SERVICE",
+    "RUNTIME_SERVICE",
+    "NotConnectedError",
+    "PluginConnectionLost",
+    "Stub",
+    "StubStats",
+]
+
+DEFAULT_SOCKET_PATH = "/var/run/nri/nri.sock"
+PLUGIN_NRI_VERSION = "v0.12.1"  # API level this stub speaks (the runtime only logs it)
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
+_IDX_RE = re.compile(r"^[0-9]{2}$")
+
+
+class PluginConnectionLost(Exception):
+    """Pre-installed mode: the runtime's socket closed; containerd never relaunches us, so exit."""
+
+
+class NotConnectedError(ConnectionError):
+    """A runtime call was attempted while no runtime connection is up."""
+
+
+class Stub:
+    """Connects a plugin object to an NRI runtime and keeps it connected (external mode)."""
+
+    def __init__(
+        self,
+        plugin: object,
+        *,
+        name: str | None = None,
+        idx: str | None = None,
+        socket_path: str | None = None,
+        env: Mapping[str, str] | None = None,
+        logger: Any = None,
+        budget_margin: float = 0.3,
+        default_request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        registration_timeout: float = DEFAULT_REGISTRATION_TIMEOUT,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 10.0,
+    ) -> None:
+        env = os.environ if env is None else env
+        self._fd: int | None = None
+        if socket_path is None and env.get("NRI_PLUGIN_SOCKET"):
+            # Launched by the runtime: fd, name and index all come from the environment.
+            fd_text = env["NRI_PLUGIN_SOCKET"]
+            if not fd_text.isdigit():
+                raise ValueError(f"NRI_PLUGIN_SOCKET must be a file descriptor number, got {fd_text!r}")
+            self._fd = int(fd_text)
+            name, idx = env.get("NRI_PLUGIN_NAME", ""), env.get("NRI_PLUGIN_IDX", "")
+        if not name or not _NAME_RE.match(name):
+            raise ValueError(f"plugin name must be non-empty and match [A-Za-z0-9_.+-]+, got {name!r}")
+        if not idx or not _IDX_RE.match(idx):
+            raise ValueError(f"plugin index must be exactly two digits, got {idx!r}")
+        if budget_margin < 0 or backoff_initial <= 0 or backoff_max < backoff_initial:
+            raise ValueError("need budget_margin >= 0 and 0 < backoff_initial <= backoff_max")
+        self.name, self.idx = name, idx
+        self.socket_path = socket_path or DEFAULT_SOCKET_PATH
+        self.backoff_initial, self.backoff_max = backoff_initial, backoff_max
+        self._plugin = plugin
+        self._log = KvLogger(logger, "nri_pinner.nri.stub")
+        self._dispatch = Dispatcher(
+            plugin, self.full_name, self._log, budget_margin=budget_margin,
+            request_timeout=default_request_timeout, registration_timeout=registration_timeout,
+        )
+        self._peer: TtrpcPeer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = asyncio.Event()
+
+    # ----------------------------------------------------------------------------- status
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.idx}-{self.name}"
+
+    @property
+    def preinstalled(self) -> bool:
+        return self._fd is not None
+
+    @property
+    def stats(self) -> StubStats:
+        return self._dispatch.stats
+
+    @property
+    def handled_events(self) -> int:
+        return self._dispatch.handled_events
+
+    @property
+    def events(self) -> int:
+        """Event mask sent in the last ConfigureResponse."""
+        return self._dispatch.events
+
+    @property
+    def runtime_name(self) -> str:
+        return self._dispatch.runtime_name
+
+    @property
+    def runtime_version(self) -> str:
+        return self._dispatch.runtime_version
+
+    @property
+    def runtime_nri_version(self) -> versions.NriVersion | None:
+        return self._dispatch.runtime_nri_version
+
+    @property
+    def request_timeout(self) -> float:
+        return self._dispatch.request_timeout
+
+    @property
+    def registration_timeout(self) -> float:
+        return self._dispatch.registration_timeout
+
+    @property
+    def request_budget(self) -> float:
+        return self._dispatch.budget()
+
+    @property
+    def connected(self) -> bool:
+        return self._peer is not None and not self._peer.closed
+
+    @property
+    def synchronized(self) -> bool:
+        return self.connected and self._dispatch.synchronized
+
+    @property
+    def supports_safe_unsolicited_updates(self) -> bool:
+        """True only for NRI >= v0.12.1, where UpdateContainers cannot deadlock the runtime."""
+        return versions.safe_unsolicited_updates(self.runtime_nri_version)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "plugin": self.full_name,
+            "mode": "pre-installed" if self.preinstalled else "external",
+            "socket": f"fd {self._fd}" if self._fd is not None else self.socket_path,
+            "connected": self.connected,
+            "synchronized": self.synchronized,
+            "runtime_name": self.runtime_name,
+            "runtime_version": self.runtime_version,
+            "runtime_nri_version": versions.format_version(self.runtime_nri_version),
+            "runtime_nri_version_source": self._dispatch.runtime_nri_version_source,
+            "safe_unsolicited_updates": self.supports_safe_unsolicited_updates,
+            "registration_timeout_s": self.registration_timeout,
+            "request_timeout_s": self.request_timeout,
+            "request_budget_s": self.request_budget,
+            "events": event_names(self.events),
+            "stats": self.stats.as_dict(),
+        }
+
+    # ----------------------------------------------------------------------------- lifecycle
+
+    async def run(self) -> None:
+        """Connect, register and serve; reconnect with backoff (external mode) until :meth:`stop`.
+
+        Pre-installed mode raises PluginConnectionLost when the inherited socket closes.
+        """
+        self._loop = asyncio.get_running_loop()
+        handlers = self._dispatch.handlers = HandlerThread(f"nri-{self.full_name}")
+        backoff = self.backoff_initial
+        try:
+            while not self._stopping.is_set():
+                try:
+                    reader, writer = await self._open()
+                except OSError as exc:
+                    if self.preinstalled:
+                        raise PluginConnectionLost(f"cannot use NRI socket fd {self._fd}: {exc}") from exc
+                    self._log.warning("cannot connect to runtime", socket=self.socket_path,
+                                      error=str(exc), retry_in_s=backoff)
+                else:
+                    if await self._serve_connection(reader, writer):
+                        backoff = self.backoff_initial  # a good registration resets the backoff
+                    if self._stopping.is_set():
+                        break
+                    if self.preinstalled:
+                        self._log.error("runtime connection lost; pre-installed plugin exits",
+                                        plugin=self.full_name)
+                        raise PluginConnectionLost("NRI runtime connection closed")
+                    self._log.info("reconnecting", plugin=self.full_name, in_s=backoff)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), backoff)
+                backoff = min(backoff * 2, self.backoff_max)
+        finally:
+            handlers.stop()
+            self._stopping.clear()  # run() may be called again after stop()
+
+    async def stop(self) -> None:
+        """Make :meth:`run` return; closes the current connection."""
+        self._stopping.set()
+        if self._peer is not None:
+            self._peer.close("plugin stopping")
+
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self._fd is None:
+            return await asyncio.open_unix_connection(self.socket_path)
+        if self.stats.connections:
+            raise OSError(f"inherited socket fd {self._fd} was already used")
+        return await asyncio.open_unix_connection(sock=socket.socket(fileno=self._fd))
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """One connection from RegisterPlugin to close; True if it got synchronized."""
+        self.stats.bump("connections")
+        self._dispatch.new_connection()
+        peer = self._peer = TtrpcPeer(
+            reader, writer, serve_conn=codec.PLUGIN_SERVICE_CONN, call_conn=codec.RUNTIME_SERVICE_CONN,
+            handler=self._dispatch.handle, logger=self._log, name=self.full_name,
+        )
+        reader_task = asyncio.create_task(peer.run())
+        await self._hook("on_connect")
+        register = api.RegisterPluginRequest(
+            plugin_name=self.name, plugin_idx=self.idx, NRI_version=PLUGIN_NRI_VERSION
+        )
+        try:
+            await peer.call(RUNTIME_SERVICE, "RegisterPlugin", register.SerializeToString(),
+                            self.registration_timeout)
+            self.stats.bump("registrations")
+            self._log.info("registered with runtime", plugin=self.full_name)
+        except (TtrpcStatusError, PeerClosedError, TimeoutError) as exc:
+            peer.close(f"registration failed: {exc!r}")
+        stopping = asyncio.create_task(self._stopping.wait())
+        await asyncio.wait({reader_task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        await peer.aclose()
+        reader_task.cancel()
+        await asyncio.gather(reader_task, stopping, return_exceptions=True)
+        synchronized = self._dispatch.synchronized
+        self._peer = None
+        await self._hook("on_close")
+        return synchronized
+
+    async def _hook(self, name: str) -> None:
+        handlers = self._dispatch.handlers
+        if not implements(self._plugin, name) or handlers is None:
+            return
+        try:
+            await call_with_budget(handlers, getattr(self._plugin, name), (), self.registration_timeout,
+                                   lambda _outcome: None)
+        except Exception as exc:
+            self._log.error("plugin hook failed", hook=name, error=repr(exc))
+
+    # ----------------------------------------------------------------------------- runtime calls
+
+    async def update_containers(
+        self, updates: Iterable[api.ContainerUpdate], evictions: Iterable[api.ContainerEviction] = ()
+    ) -> list[api.ContainerUpdate]:
+        """Unsolicited update; returns the updates the runtime reports as failed.
+
+        Not forbidden here, but on runtimes with NRI < v0.12.1 it can deadlock the runtime when it
+        races an event: check :attr:`supports_safe_unsolicited_updates` first. Callable from the
+        wire loop or from a handler (marshalled to the wire loop).
+        """
+        loop = self._loop
+        if loop is not None and asyncio.get_running_loop() is not loop:
+            future = asyncio.run_coroutine_threadsafe(self.update_containers(updates, evictions), loop)
+            return await asyncio.wrap_future(future)
+        peer = self._peer
+        if peer is None or peer.closed:
+            raise NotConnectedError("no runtime connection")
+        request = api.UpdateContainersRequest(update=updates, evict=evictions)
+        body = await peer.call(RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(),
+                               self.request_timeout)
+        return list(api.UpdateContainersResponse.FromString(body).failed)

@@ -1,0 +1,200 @@
+"""Plugin handler discovery and budgeted execution for the NRI stub.
+
+The runtime drops a plugin that misses its request timeout (the container then proceeds without the
+plugin's adjustment), so every handler call gets a budget shorter than that timeout. Plugin code runs
+on one dedicated *handler thread* with its own event loop; the wire loop only waits for the result.
+A handler that blocks (CPU-bound work, fsync, ``time.sleep``) therefore cannot stop the wire loop
+from answering in time with the plugin's declared fallback. The late result is discarded and
+reported to the plugin (``discarded_reply``) so it can undo what it decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nri_pinner.nri.gen import api_pb2 as api
+
+# Events delivered through StateChange (or, from NRI v0.12, through a dedicated RPC each):
+# event -> (plugin handler name, dedicated RPC name).
+STATE_EVENTS: dict[int, tuple[str, str]] = {
+    api.RUN_POD_SANDBOX: ("run_pod_sandbox", "RunPodSandbox"),
+    api.STOP_POD_SANDBOX: ("stop_pod_sandbox", "StopPodSandbox"),
+    api.REMOVE_POD_SANDBOX: ("remove_pod_sandbox", "RemovePodSandbox"),
+    api.POST_CREATE_CONTAINER: ("post_create_container", "PostCreateContainer"),
+    api.START_CONTAINER: ("start_container", "StartContainer"),
+    api.POST_START_CONTAINER: ("post_start_container", "PostStartContainer"),
+    api.POST_UPDATE_CONTAINER: ("post_update_container", "PostUpdateContainer"),
+    api.REMOVE_CONTAINER: ("remove_container", "RemoveContainer"),
+    api.POST_UPDATE_POD_SANDBOX: ("post_update_pod_sandbox", "PostUpdatePodSandbox"),
+}
+STATE_EVENT_BY_RPC: dict[str, int] = {rpc: event for event, (_, rpc) in STATE_EVENTS.items()}
+
+# Events with their own request/response RPC: event -> (handler name, RPC, request type, response type).
+ADJUSTING_EVENTS: dict[int, tuple[str, str, type[Any], type[Any]]] = {
+    api.CREATE_CONTAINER: (
+        "create_container", "CreateContainer", api.CreateContainerRequest, api.CreateContainerResponse,
+    ),
+    api.UPDATE_CONTAINER: (
+        "update_container", "UpdateContainer", api.UpdateContainerRequest, api.UpdateContainerResponse,
+    ),
+    api.STOP_CONTAINER: (
+        "stop_container", "StopContainer", api.StopContainerRequest, api.StopContainerResponse,
+    ),
+    api.UPDATE_POD_SANDBOX: (
+        "update_pod_sandbox", "UpdatePodSandbox", api.UpdatePodSandboxRequest, api.UpdatePodSandboxResponse,
+    ),
+    api.VALIDATE_CONTAINER_ADJUSTMENT: (
+        "validate_container_adjustment",
+        "ValidateContainerAdjustment",
+        api.ValidateContainerAdjustmentRequest,
+        api.ValidateContainerAdjustmentResponse,
+    ),
+}
+
+GENERIC_STATE_HANDLER = "state_change"
+
+
+def event_bit(event: int) -> int:
+    return 1 << (event - 1)
+
+
+def implements(plugin: object, name: str) -> bool:
+    return callable(getattr(plugin, name, None))
+
+
+def handled_events(plugin: object) -> int:
+    """Event mask for everything the plugin has a handler for."""
+    mask = 0
+    for event, (name, *_rest) in ADJUSTING_EVENTS.items():
+        if implements(plugin, name):
+            mask |= event_bit(event)
+    generic = implements(plugin, GENERIC_STATE_HANDLER)
+    for event, (name, _rpc) in STATE_EVENTS.items():
+        if generic or implements(plugin, name):
+            mask |= event_bit(event)
+    return mask
+
+
+def state_handler(plugin: object, event: int) -> Callable[..., Any] | None:
+    """The plugin's handler for a state event: the specific one, else the generic ``state_change``."""
+    names = STATE_EVENTS.get(event)
+    if names is not None and implements(plugin, names[0]):
+        return getattr(plugin, names[0])  # type: ignore[no-any-return]
+    if implements(plugin, GENERIC_STATE_HANDLER):
+        return getattr(plugin, GENERIC_STATE_HANDLER)  # type: ignore[no-any-return]
+    return None
+
+
+def event_names(mask: int) -> list[str]:
+    known = [event for event in api.Event.values() if 0 < event < api.LAST]
+    return [api.Event.Name(event) for event in known if mask & event_bit(event)]
+
+
+class HandlerThread:
+    """A daemon thread running its own event loop, where all plugin code executes.
+
+    Daemon, so a handler stuck forever cannot keep the process alive.
+    """
+
+    def __init__(self, name: str = "nri-plugin-handlers") -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        """Run ``fn(*args)`` (sync, or async and awaited) on the handler thread."""
+
+        async def invoke() -> Any:
+            result = fn(*args)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        return asyncio.run_coroutine_threadsafe(invoke(), self._loop)
+
+    def stop(self, timeout: float = 1.0) -> None:
+        if self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+@dataclass
+class _Invocation:
+    """Decides, under a lock, whether a handler finished in time or was abandoned for a fallback."""
+
+    lock: threading.Lock
+    finished: bool = False
+    abandoned: bool = False
+
+    def finish(self) -> bool:
+        """Called by the handler thread; False means the stub already answered without us."""
+        with self.lock:
+            self.finished = not self.abandoned
+            return self.finished
+
+    def abandon(self) -> bool:
+        """Called by the wire loop at the deadline; False means the handler just finished."""
+        with self.lock:
+            self.abandoned = not self.finished
+            return self.abandoned
+
+
+class HandlerTimeout(Exception):
+    """The handler overran its budget; the stub answers with the fallback."""
+
+
+LateCallback = Callable[[Any], None]
+
+
+async def call_with_budget(
+    thread: HandlerThread,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    budget: float,
+    on_late: LateCallback,
+) -> Any:
+    """Result of ``fn(*args)`` on the handler thread, or HandlerTimeout after ``budget`` seconds.
+
+    Exceptions of ``fn`` propagate. A result (or exception) arriving after the deadline is passed to
+    ``on_late`` on the handler thread and never reaches the wire.
+    """
+    invocation = _Invocation(threading.Lock())
+
+    async def guarded() -> Any:
+        try:
+            result: Any = fn(*args)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            if not invocation.finish():
+                on_late(exc)
+            raise
+        if not invocation.finish():
+            on_late(result)
+        return result
+
+    future = asyncio.wrap_future(thread.submit(guarded))
+    done, _ = await asyncio.wait({future}, timeout=max(budget, 0.0))
+    if not done and invocation.abandon():
+        # The handler keeps running on its thread; nothing cancels it (it may hold plugin state).
+        future.add_done_callback(_consume)
+        raise HandlerTimeout(f"handler exceeded its {budget:.3f}s budget")
+    return await future
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # mark retrieved; the late outcome was already reported via on_late
