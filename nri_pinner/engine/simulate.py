@@ -36,7 +36,7 @@ def load_engine(scenario: Mapping[str, Any], sysfs_root: str | None) -> Engine:
         raise ScenarioError(f"unknown top-level key(s) {sorted(unknown)}; expected topology, config, ops")
     try:
         if "topology" in scenario:
-            topology = Topology.from_json(scenario["topology"])
+            topology = _topology(scenario["topology"])
         elif sysfs_root is not None:
             topology = discover(sysfs_root)
         else:
@@ -45,6 +45,22 @@ def load_engine(scenario: Mapping[str, Any], sysfs_root: str | None) -> Engine:
         return Engine.from_settings(settings, topology)
     except (TopologyError, SysfsError, ConfigError, EngineError) as exc:
         raise ScenarioError(str(exc)) from exc
+
+
+def _topology(data: Any) -> Topology:
+    # Topology.from_json trusts the shape; check it here so a typo is a message, not a traceback.
+    if not isinstance(data, Mapping):
+        raise ScenarioError(f"topology must be an object, got {type(data).__name__}")
+    cpus = data.get("cpus")
+    if not isinstance(cpus, list) or not all(isinstance(c, Mapping) for c in cpus):
+        raise ScenarioError("topology.cpus must be a list of objects like "
+                            '{"cpu": 0, "core": 0, "socket": 0, "numa": 0, "l3": 0}')
+    try:
+        return Topology.from_json(data)
+    except TopologyError as exc:
+        raise ScenarioError(f"topology: {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise ScenarioError(f"topology.numa_distances must be a matrix of integers: {exc}") from exc
 
 
 def _request(op: Mapping[str, Any], where: str) -> AdmissionRequest:
@@ -57,9 +73,11 @@ def _request(op: Mapping[str, Any], where: str) -> AdmissionRequest:
             pod=_str(op, "pod", where), container=_str(op, "container", where),
             qos=str(op.get("qos", "besteffort")).lower().replace("-", ""),
             cpu_request_milli=_int(op, "cpu_request_milli", where), cpu_limit_milli=_int(op, "cpu_limit_milli", where),
-            init=bool(op.get("init", False)), restartable=bool(op.get("restartable", False)),
-            hints=hints, pod_exclusive_cpus=op.get("pod_exclusive_cpus"),
+            init=_bool(op, "init", where), restartable=_bool(op, "restartable", where),
+            hints=hints, pod_exclusive_cpus=_optional_int(op, "pod_exclusive_cpus", where),
         )
+    except ScenarioError:
+        raise
     except ValueError as exc:
         raise ScenarioError(f"{where}: {exc}") from exc
 
@@ -75,6 +93,17 @@ def _int(op: Mapping[str, Any], key: str, where: str) -> int:
     value = op.get(key, 0)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ScenarioError(f"{where}: {key!r} must be a non-negative integer")
+    return value
+
+
+def _optional_int(op: Mapping[str, Any], key: str, where: str) -> int | None:
+    return None if op.get(key) is None else _int(op, key, where)
+
+
+def _bool(op: Mapping[str, Any], key: str, where: str) -> bool:
+    value = op.get(key, False)
+    if not isinstance(value, bool):
+        raise ScenarioError(f"{where}: {key!r} must be true or false, got {value!r}")
     return value
 
 
@@ -117,6 +146,9 @@ def run_scenario_file(path: str, sysfs_root: str | None, out: TextIO) -> int:
             out.write(json.dumps(result) + "\n")
     except OSError as exc:
         print(f"nri-pinner simulate: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError as exc:
+        print(f"nri-pinner simulate: {path} is not UTF-8 text: {exc}", file=sys.stderr)
         return 2
     except json.JSONDecodeError as exc:
         print(f"nri-pinner simulate: {path} is not valid JSON: {exc}", file=sys.stderr)

@@ -1,0 +1,72 @@
+"""`nri-pinner status`: a table of assignments and a CPU map, from the running plugin."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import grpc
+
+from .config import ConfigError, load_file
+from .engine.topology import Topology
+from .engine.topology_view import render_topology
+
+
+def status(socket: str | None, config_path: str, as_json: bool = False) -> int:
+    if socket is None:
+        try:
+            socket = load_file(config_path).inspect.socket
+        except ConfigError:
+            from .config import InspectSettings
+
+            socket = InspectSettings().socket
+    from .service.inspect import query
+
+    try:
+        doc = query(socket)
+    except grpc.RpcError as exc:
+        print(f"nri-pinner status: cannot reach the plugin at {socket}: {exc}", file=sys.stderr)
+        return 2
+    if as_json:
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+    else:
+        print(render_status(doc))
+    return 0
+
+
+def render_status(doc: dict[str, Any]) -> str:
+    h, pools = doc["health"], doc["pools"]
+    lines = [
+        f"runtime: {h.get('runtime_name', '?')} {h.get('runtime_version', '?')} "
+        f"(NRI {h.get('runtime_nri_version', '?')}), plugin {h.get('plugin', '?')} {h.get('mode', '')}, "
+        f"connected={h.get('connected')} synchronized={h.get('synchronized')}",
+        f"topology manager: {doc['policy']['topology_manager']} ({doc['policy']['scope']} scope); "
+        f"reconcile repairs: {h.get('reconcile_repairs', 0)}",
+        "pools: " + "  ".join(f"{k}={v or '-'}" for k, v in pools.items()),
+        "",
+    ]
+    header = ("NAMESPACE", "POD", "CONTAINER", "QOS", "MODE", "CPUS", "MEMS")
+    rows = [header] + [
+        (a["namespace"], a["pod"], a["container"], a["qos"],
+         "exclusive" if a["exclusive"] else ("stopped" if a["stopped"] else "shared"), a["cpus"] or "-",
+         a["mems"] or "-")
+        for a in doc["assignments"]
+    ]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    owners: dict[int, str] = {}
+    from .engine.cpuset import CPUSet
+
+    for a in doc["assignments"]:
+        if a["exclusive"] and not a["stopped"]:
+            for cpu in CPUSet.parse(a["cpus"]):
+                owners[cpu] = f"{a['pod']}/{a['container']}"
+    lines += ["", render_topology(Topology.from_json(doc["topology"]), owners)]
+    rejected = [d for d in doc["decisions"] if d.get("outcome") in ("rejected", "fail-open")]
+    if rejected:
+        lines += ["", "recent rejections:"]
+        lines += [f"  {d['namespace']}/{d['pod_name']}/{d['container']}: {d.get('reason')}: {d.get('message')}"
+                  for d in rejected[-10:]]
+    return "\n".join(lines)

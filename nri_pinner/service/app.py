@@ -1,0 +1,104 @@
+"""`nri-pinner run`: wire settings, topology, engine, stub, reconcile, inspection and metrics together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+import structlog
+
+from .. import __version__
+from ..config import CONFIG_PATH, ConfigError, Settings, load, load_file
+from ..engine.admission import Engine
+from ..engine.errors import PolicyOptionError
+from ..engine.sysfs import SysfsError, discover
+from ..nri.stub import PluginConnectionLost, Stub
+from . import checkpoint, logs
+from .cri_client import CRIClient
+from .inspect import start_server, status_document
+from .metrics import Metrics
+from .plugin import PinnerPlugin
+from .reconcile import Reconciler, stop_task
+from .tracker import Tracker
+
+log = structlog.get_logger("nri_pinner")
+
+
+def load_settings(path: str) -> Settings:
+    """The config file; only the default path may be absent (then the embedded defaults apply)."""
+    if path == CONFIG_PATH and not Path(path).exists():
+        return load(files("nri_pinner.config").joinpath("default.toml").read_text(), "<embedded defaults>")
+    return load_file(path)
+
+
+class Service:
+    def __init__(self, settings: Settings, engine: Engine, env: dict[str, str] | None = None) -> None:
+        self.settings = settings
+        env = dict(os.environ) if env is None else env
+        loaded = checkpoint.read(settings.state.checkpoint)
+        if loaded.problem:
+            log.warning("checkpoint not used; state is rebuilt from the runtime", path=settings.state.checkpoint,
+                        problem=loaded.problem)
+        self.metrics = Metrics()
+        self.tracker = Tracker(engine, engine.initial_state())
+        self.plugin = PinnerPlugin(settings, self.tracker, self.metrics, loaded.body)
+        preinstalled = bool(env.get("NRI_PLUGIN_SOCKET"))
+        self.stub = Stub(
+            self.plugin, name=None if preinstalled else settings.nri.plugin_name,
+            idx=None if preinstalled else settings.nri.plugin_index,
+            socket_path=None if preinstalled else settings.nri.socket, env=env,
+            logger=structlog.get_logger("nri_pinner.nri"), budget_margin=settings.nri.budget_margin_ms / 1000,
+            backoff_max=settings.nri.reconnect_max_seconds,
+        )
+        cri = CRIClient(settings.reconcile.cri_socket) if settings.reconcile.cri_socket else None
+        self.reconciler = Reconciler(settings, self.tracker, self.stub, self.metrics, cri)
+
+    def document(self) -> dict[str, object]:
+        return status_document(self.tracker, self.stub, self.reconciler.repairs)
+
+    async def run(self) -> int:
+        server = await start_server(self.settings.inspect.socket, self.document)
+        if self.settings.metrics.enabled:
+            self.metrics.serve(self.settings.metrics.address, self.settings.metrics.port)
+        reconcile = asyncio.create_task(self.reconciler.run())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(self.stub.stop()))
+        status = 0
+        try:
+            await self.stub.run()
+        except PluginConnectionLost as exc:
+            log.error("runtime connection lost; exiting (containerd relaunches pre-installed plugins only on restart)",
+                      error=str(exc))
+            status = 1
+        finally:
+            await stop_task(reconcile)
+            await server.stop(0.5)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.settings.inspect.socket)
+        return status
+
+
+def run_from_config(path: str) -> int:
+    try:
+        settings = load_settings(path)
+    except ConfigError as exc:
+        print(f"nri-pinner run: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(settings.log.level, settings.log.format, settings.log.file)
+    try:
+        topology = discover(settings.sysfs_root)
+        engine = Engine.from_settings(settings, topology)
+    except (SysfsError, PolicyOptionError) as exc:
+        log.error("cannot start", error=str(exc))
+        print(f"nri-pinner run: {exc}", file=sys.stderr)
+        return 2
+    log.info("starting", version=__version__, config=path, cpus=str(topology.online),
+             numa_nodes=len(topology.numa_nodes), reserved=str(engine.policy.reserved),
+             topology_policy=settings.topology_manager.policy)
+    return asyncio.run(Service(settings, engine).run())

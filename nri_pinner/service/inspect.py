@@ -1,0 +1,86 @@
+"""The local inspection service: gRPC on a root-only unix socket, JSON documents as replies."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from ..nri.stub import Stub
+from .gen import inspect_pb2 as pb
+from .tracker import Tracker
+
+SERVICE = "nri_pinner.inspect.v1.Inspect"
+
+
+def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int = 0) -> dict[str, Any]:
+    with tracker.lock:
+        engine, state = tracker.engine, tracker.state
+        topo = engine.topology
+        assignments = []
+        for t in sorted(tracker.containers.values(), key=lambda t: (t.intent.namespace, t.intent.pod_name, t.key)):
+            a = tracker.assignment(t)
+            cpus, mems = tracker.desired(t)
+            assignments.append({
+                "container_id": t.container_id, "namespace": t.intent.namespace, "pod": t.intent.pod_name,
+                "pod_uid": t.intent.pod_uid, "container": t.intent.container, "qos": t.intent.qos,
+                "exclusive": bool(a and a.exclusive), "cpus": str(cpus), "mems": mems,
+                "admitted": str(a.admitted) if a and a.exclusive else "", "init": t.intent.init,
+                "stopped": t.stopped, "intent_source": t.intent.source,
+            })
+        pools = {
+            "shared": str(tracker.shared_pool), "reserved": str(engine.policy.reserved),
+            "isolated": str(topo.isolated), "exclusive": str(state.exclusive_cpus()),
+            "offline": str(topo.all_cpus - topo.online), "online": str(topo.online),
+        }
+        decisions = list(tracker.decisions)
+    health: dict[str, Any] = stub.status() if stub is not None else {"connected": False}
+    health["reconcile_repairs"] = reconcile_repairs
+    return {"assignments": assignments, "pools": pools, "topology": topo.to_json(), "decisions": decisions,
+            "health": health, "policy": {"topology_manager": engine.manager.policy.value, "scope": engine.scope}}
+
+
+def _sections(doc: Callable[[], dict[str, Any]]) -> dict[str, Callable[[], Any]]:
+    return {
+        "Assignments": lambda: doc()["assignments"], "Topology": lambda: doc()["topology"],
+        "Pools": lambda: doc()["pools"], "Decisions": lambda: doc()["decisions"],
+        "Health": lambda: doc()["health"], "Status": doc,
+    }
+
+
+async def start_server(socket_path: str, document: Callable[[], dict[str, Any]]) -> grpc.aio.Server:
+    def handler(section: Callable[[], Any]) -> grpc.RpcMethodHandler[Any, Any]:
+        async def call(_request: pb.InspectRequest, _context: grpc.aio.ServicerContext[Any, Any]) -> pb.JsonReply:
+            return pb.JsonReply(json=json.dumps(section()))
+
+        return grpc.unary_unary_rpc_method_handler(
+            call, request_deserializer=pb.InspectRequest.FromString,
+            response_serializer=pb.JsonReply.SerializeToString)
+
+    path = Path(socket_path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    path.unlink(missing_ok=True)
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        SERVICE, {name: handler(fn) for name, fn in _sections(document).items()})])
+    server.add_insecure_port(f"unix:{path}")
+    old = os.umask(0o177)  # the socket is created 0600: root only
+    try:
+        await server.start()
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    return server
+
+
+def query(socket_path: str, method: str = "Status", timeout: float = 5.0) -> Any:
+    """Synchronous client used by the CLI."""
+    with grpc.insecure_channel(f"unix:{socket_path}") as channel:
+        call = channel.unary_unary(f"/{SERVICE}/{method}", request_serializer=pb.InspectRequest.SerializeToString,
+                                   response_deserializer=pb.JsonReply.FromString)
+        reply: pb.JsonReply = call(pb.InspectRequest(), timeout=timeout)
+    return json.loads(reply.json)

@@ -1,0 +1,281 @@
+"""NRI event handlers: every container gets its cpuset before it starts, and every shared
+container's pool change travels in the same reply, so an exclusive CPU is never shared.
+
+Runs on the stub's handler thread. The stub cuts a handler off at its budget and answers with
+the matching `fallback_*` result (see `nri_pinner.nri.stub`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import structlog
+
+from ..config import Settings
+from ..engine.admission import AdmissionRequest
+from ..engine.cpuset import CPUSet, CPUSetError
+from ..engine.static_policy import QoS, guaranteed_cpus
+from ..nri.gen import api_pb2 as api
+from . import checkpoint
+from .intent import GUARANTEED, IntentError, intent_from_nri, quota_to_milli
+from .metrics import Metrics
+from .rebuild import checkpoint_entries, rebuild
+from .tracker import Tracked, Tracker
+
+log = structlog.get_logger("nri_pinner.service")
+
+
+class AdmissionRefused(Exception):
+    """Fails the container create, as a kubelet admission failure would fail the pod."""
+
+
+def cpu_update(container_id: str, cpus: CPUSet, mems: str) -> api.ContainerUpdate:
+    u = api.ContainerUpdate(container_id=container_id)
+    u.linux.resources.cpu.cpus = str(cpus)
+    u.linux.resources.cpu.mems = mems
+    return u
+
+
+class PinnerPlugin:
+    def __init__(self, settings: Settings, tracker: Tracker, metrics: Metrics,
+                 prior_checkpoint: dict[str, Any] | None = None) -> None:
+        self.settings, self.tracker, self.metrics = settings, tracker, metrics
+        self._prior = checkpoint_entries(prior_checkpoint)
+        self._synced_once = False
+
+    # -- helpers (call with the tracker lock held) ----------------------------------------------
+    def _pending_updates(self, exclude: str = "") -> list[api.ContainerUpdate]:
+        updates = []
+        for t in self.tracker.containers.values():
+            if t.stopped or t.container_id == exclude:
+                continue
+            cpus, mems = self.tracker.desired(t)
+            if t.applied_cpus != cpus or t.applied_mems != mems:
+                updates.append(cpu_update(t.container_id, cpus, mems))
+                t.applied_cpus, t.applied_mems = cpus, mems
+        return updates
+
+    def _checkpoint_body(self) -> dict[str, Any]:
+        tr = self.tracker
+        entries = []
+        for t in tr.containers.values():
+            a = tr.assignment(t)
+            if a is None:
+                continue
+            entries.append({"container_id": t.container_id, "sandbox_id": t.sandbox_id, **a.to_dict()})
+        return {"policy": "static", "reserved": str(tr.engine.policy.reserved), "shared": str(tr.shared_pool),
+                "entries": entries}
+
+    def _commit(self) -> None:
+        """Persist and publish after every change; a failed write is logged, never fatal."""
+        try:
+            checkpoint.write(self.settings.state.checkpoint, self._checkpoint_body())
+        except OSError as exc:
+            log.error("checkpoint write failed", path=self.settings.state.checkpoint, error=str(exc))
+        self.metrics.shared_pool_cpus.set(len(self.tracker.shared_pool))
+        self.metrics.exclusive_cpus.set(len(self.tracker.state.exclusive_cpus()))
+
+    # -- connection ------------------------------------------------------------------------------
+    def configure(self, req: api.ConfigureRequest) -> None:
+        log.info("configured by runtime", runtime=req.runtime_name, version=req.runtime_version,
+                 nri_version=req.NRI_version or "unknown", request_timeout_ms=req.request_timeout or None)
+        self.metrics.runtime.info({"runtime": req.runtime_name, "version": req.runtime_version,
+                                   "nri_version": req.NRI_version or "unknown"})
+        self.metrics.nri_reconnects.inc()
+
+    def on_close(self) -> None:
+        with self.tracker.lock:
+            self.tracker.forget_applied()
+            # the next Synchronize rebuilds from the runtime; what we know now is the best hint
+            self._prior = checkpoint_entries(self._checkpoint_body())
+
+    def synchronize(self, pods: list[api.PodSandbox], containers: list[api.Container]) -> list[api.ContainerUpdate]:
+        tr = self.tracker
+        with tr.lock:
+            result = rebuild(tr.engine, self._prior, pods, containers)
+            tr.state, tr.containers = result.state, result.containers
+            for message in result.repairs:
+                log.warning("state repaired", repair=message)
+            updates = self._pending_updates()
+            self._commit()
+        log.info("synchronized", pods=len(pods), containers=len(containers), repairs=len(result.repairs),
+                 updates=len(updates), shared=str(tr.shared_pool))
+        self._synced_once = True
+        return updates
+
+    # -- container lifecycle ---------------------------------------------------------------------
+    def create_container(self, req: api.CreateContainerRequest) -> api.CreateContainerResponse:
+        started = time.perf_counter()
+        try:
+            intent = intent_from_nri(req.pod, req.container)
+        except IntentError as exc:
+            self.metrics.pinning_errors.labels("BadAnnotation").inc()
+            raise AdmissionRefused(f"nri-pinner: {exc}") from exc
+        tr = self.tracker
+        with tr.lock:
+            self._mark_sidecars(intent.pod_key, intent.init)
+            request = AdmissionRequest(intent.pod_key, intent.container, intent.qos, intent.request_milli,
+                                       intent.limit_milli, init=intent.init, restartable=intent.restartable,
+                                       pod_exclusive_cpus=self._pod_cpus(req.pod))
+            state, decision = tr.engine.admit(tr.state, request)
+            self.metrics.pinning_requests.inc()
+            self.metrics.allocation_seconds.observe(time.perf_counter() - started)
+            outcome = "admitted"
+            if not decision.admitted:
+                self.metrics.pinning_errors.labels(decision.reason).inc()
+                tr.record(decision, intent, "rejected")
+                log.warning("admission rejected", pod=f"{intent.namespace}/{intent.pod_name}",
+                            container=intent.container, reason=decision.reason, message=decision.message)
+                if self.settings.nri.on_reject == "fail":
+                    raise AdmissionRefused(f"nri-pinner: {decision.reason}: {decision.message}")
+                self.metrics.fail_open.labels("rejected").inc()
+                state, decision = tr.engine.admit(tr.state, replace(request, qos="besteffort"))
+                outcome = "fail-open"
+            tr.state = state
+            for old in [t for t in tr.containers.values() if t.key == (intent.pod_key, intent.container)]:
+                del tr.containers[old.container_id]  # a restarted container replaces the old record
+            t = Tracked(intent.container_id, req.container.pod_sandbox_id, intent, req.container.linux.cgroups_path)
+            tr.containers[t.container_id] = t
+            cpus, mems = tr.desired(t)
+            t.applied_cpus, t.applied_mems = cpus, mems
+            updates = self._pending_updates(exclude=t.container_id)
+            tr.record(decision, intent, outcome)
+            self._commit()
+        log.info("container pinned" if decision.exclusive else "container on shared pool",
+                 pod=f"{intent.namespace}/{intent.pod_name}", container=intent.container, qos=intent.qos,
+                 cpus=str(cpus), mems=mems, exclusive=decision.exclusive, outcome=outcome,
+                 shared_updates=len(updates), reason=intent.source)
+        response = api.CreateContainerResponse(update=updates)
+        response.adjust.linux.resources.cpu.cpus = str(cpus)
+        response.adjust.linux.resources.cpu.mems = mems
+        return response
+
+    def fallback_create_container(self, req: api.CreateContainerRequest) -> api.CreateContainerResponse:
+        """Over budget: the current shared pool (never no cpuset, which would overlap exclusive CPUs), or fail."""
+        self.metrics.late_replies.labels("CreateContainer").inc()
+        if self.settings.nri.on_timeout == "fail":
+            raise AdmissionRefused("nri-pinner: no decision within the runtime's request budget; retry")
+        self.metrics.fail_open.labels("timeout").inc()
+        pool = self.tracker.shared_pool  # an immutable snapshot; no lock on the wire loop
+        log.warning("decision over budget: container starts on the shared pool", container=req.container.name,
+                    pod=req.pod.name, cpus=str(pool))
+        response = api.CreateContainerResponse()
+        response.adjust.linux.resources.cpu.cpus = str(pool)
+        return response
+
+    def discarded_reply(self, handler: str, args: tuple[Any, ...], outcome: object) -> None:
+        """A late answer never reached the runtime: undo what it decided and resend every cpuset."""
+        with self.tracker.lock:
+            if handler == "create_container" and isinstance(outcome, api.CreateContainerResponse):
+                req = args[0]
+                t = self.tracker.containers.get(req.container.id)
+                if t is not None:
+                    tr = self.tracker
+                    tr.state = tr.engine.remove(tr.state, *t.key)
+                    shared = AdmissionRequest(t.key[0], t.key[1], "besteffort")
+                    tr.state, _ = tr.engine.admit(tr.state, shared)
+                    log.warning("late decision undone; container stays on the shared pool", container=t.key[1])
+            self.tracker.forget_applied()
+            self._commit()
+
+    def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
+        cpu = req.linux_resources.cpu
+        cpuset_only = bool(cpu.cpus) and not cpu.HasField("shares") and not cpu.HasField("quota")
+        tr = self.tracker
+        with tr.lock:
+            t = tr.containers.get(req.container.id)
+            if t is None:
+                return api.UpdateContainerResponse(update=self._pending_updates())
+            desired, _ = tr.desired(t)
+            if cpuset_only:
+                try:
+                    asked = CPUSet.parse(cpu.cpus)
+                except CPUSetError:
+                    asked = None
+                if asked == desired:
+                    t.applied_cpus = desired  # our own CRI repair coming back through NRI
+                else:
+                    log.warning("cpuset changed through CRI by someone else; restoring", container=t.key[1],
+                                asked=cpu.cpus, desired=str(desired))
+                    t.applied_cpus = None
+                return api.UpdateContainerResponse(update=self._pending_updates())
+            self._note_resize(t, req.linux_resources)
+            return api.UpdateContainerResponse(update=self._pending_updates())
+
+    def stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
+        tr = self.tracker
+        with tr.lock:
+            t = tr.containers.get(req.container.id)
+            if t is None:
+                return api.StopContainerResponse(update=self._pending_updates())
+            t.stopped = True
+            a = tr.assignment(t)
+            keep = a is not None and a.exclusive and a.init and not a.restartable
+            if not keep:  # an exited init container's CPUs stay for its app containers (kubelet reuse)
+                tr.state = tr.engine.remove(tr.state, *t.key)
+            updates = self._pending_updates()
+            self._commit()
+        log.info("container stopped", container=t.key[1], pod=t.intent.pod_name,
+                 released=not keep and a is not None and a.exclusive, shared=str(tr.shared_pool))
+        return api.StopContainerResponse(update=updates)
+
+    def remove_container(self, event: api.StateChangeEvent) -> None:
+        tr = self.tracker
+        with tr.lock:
+            t = tr.containers.pop(event.container.id, None)
+            if t is not None and tr.by_key(t.key) is None:
+                tr.state = tr.engine.remove(tr.state, *t.key)
+                self._commit()
+
+    def remove_pod_sandbox(self, event: api.StateChangeEvent) -> None:
+        tr = self.tracker
+        with tr.lock:
+            for t in [t for t in tr.containers.values() if t.sandbox_id == event.pod.id]:
+                del tr.containers[t.container_id]
+                tr.state = tr.engine.remove(tr.state, *t.key)
+            pod_key = event.pod.uid or event.pod.name
+            for a in tr.state.pod_assignments(pod_key):
+                tr.state = tr.engine.remove(tr.state, a.pod, a.container)
+            self._commit()
+
+    # -- details ---------------------------------------------------------------------------------
+    def _mark_sidecars(self, pod_key: str, creating_init: bool) -> None:
+        """An init container still running when an app container is created is a sidecar: its CPUs
+        must not be reused (kubelet: restartable init containers keep theirs)."""
+        if creating_init:
+            return
+        tr = self.tracker
+        for t in tr.containers.values():
+            if t.key[0] == pod_key and t.intent.init and not t.intent.restartable and not t.stopped:
+                t.intent = replace(t.intent, restartable=True)
+                a = tr.assignment(t)
+                if a is not None:
+                    reusable = dict(tr.state.reusable)
+                    left = reusable.get(pod_key, a.current) - a.current
+                    if left:
+                        reusable[pod_key] = left
+                    else:
+                        reusable.pop(pod_key, None)
+                    tr.state = tr.state.with_changes(put=replace(a, restartable=True), reusable=reusable)
+
+    def _pod_cpus(self, pod: api.PodSandbox) -> int | None:
+        """Pod scope: the pod's exclusive CPU total from its pod-level quota (kubelet sums limits)."""
+        if self.settings.topology_manager.scope != "pod":
+            return None
+        res = pod.linux.pod_resources.cpu
+        limit = quota_to_milli(res.quota.value if res.HasField("quota") else 0,
+                               res.period.value if res.HasField("period") else 0)
+        return guaranteed_cpus(QoS.GUARANTEED, limit, limit) or None
+
+    def _note_resize(self, t: Tracked, resources: api.LinuxResources) -> None:
+        a = self.tracker.assignment(t)
+        if a is None or not a.exclusive or t.intent.qos != GUARANTEED:
+            return
+        cpu = resources.cpu
+        limit = quota_to_milli(cpu.quota.value if cpu.HasField("quota") else 0,
+                               cpu.period.value if cpu.HasField("period") else 0)
+        if limit and limit != len(a.current) * 1000:
+            log.warning("in-place resize of exclusive CPUs is not implemented yet; keeping the assignment",
+                        container=t.key[1], cpus=str(a.current), new_limit_milli=limit)

@@ -1,0 +1,153 @@
+"""Drift repair on a timer, through a path that cannot deadlock the runtime.
+
+An unsolicited NRI UpdateContainers deadlocks containerd under pod churn on every NRI release
+before v0.12.1 (lock-order inversion, fixed by containerd/nri 55afaa2). So:
+- NRI >= v0.12.1: UpdateContainers, from this timer (never from inside an event handler);
+- older NRI with a CRI socket: CRI UpdateContainerResources with only the cpuset fields — the
+  kubelet's own path, which takes the runtime's locks in lifecycle order. It comes back to us as
+  an NRI UpdateContainer that the plugin recognises while this call is still in flight, so the
+  call is async and never blocks the stub's loop;
+- neither: the repair rides on the next event reply, and the drift is logged meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import grpc
+import structlog
+
+from ..config import Settings
+from ..engine.admission import Engine
+from ..engine.cpuset import CPUSet, CPUSetError
+from ..engine.state import Assignment
+from ..engine.sysfs import discover
+from ..nri.stub import Stub
+from .cgroups import CgroupError, read_cpus
+from .cri_client import CRIClient
+from .metrics import Metrics
+from .plugin import cpu_update
+from .tracker import Tracker
+
+log = structlog.get_logger("nri_pinner.reconcile")
+
+
+@dataclass(frozen=True)
+class Drift:
+    container_id: str
+    name: str
+    actual: CPUSet
+    desired: CPUSet
+    mems: str
+
+
+class Reconciler:
+    def __init__(self, settings: Settings, tracker: Tracker, stub: Stub | None, metrics: Metrics,
+                 cri: CRIClient | None) -> None:
+        self.settings, self.tracker, self.stub, self.metrics, self.cri = settings, tracker, stub, metrics, cri
+        self._online_path = Path(settings.sysfs_root) / "sys/devices/system/cpu/online"
+        self._online = tracker.engine.topology.online
+        self.repairs = 0
+
+    async def run(self) -> None:
+        period = self.settings.reconcile.period_seconds
+        if period <= 0:
+            return
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.tick()
+            except Exception as exc:  # the timer must survive anything one pass meets
+                log.error("reconcile pass failed", error=repr(exc))
+
+    async def tick(self) -> list[Drift]:
+        if self.stub is not None and not self.stub.synchronized:
+            return []
+        await self._check_online_cpus()
+        drifts = await asyncio.to_thread(self.find_drift)
+        for d in drifts:
+            path = await self._repair(d)
+            self.repairs += 1
+            self.metrics.reconcile_repairs.labels(path).inc()
+            log.warning("cpuset drift repaired", container=d.name, container_id=d.container_id[:12],
+                        actual=str(d.actual), desired=str(d.desired), path=path)
+        return drifts
+
+    def find_drift(self) -> list[Drift]:
+        tr = self.tracker
+        with tr.lock:
+            wanted = [(t.container_id, t.key[1], t.cgroups_path, *tr.desired(t))
+                      for t in tr.containers.values() if not t.stopped and t.cgroups_path]
+        drifts = []
+        for cid, name, cgroups_path, desired, mems in wanted:
+            try:
+                actual = read_cpus(self.settings.reconcile.cgroup_root, cgroups_path)
+            except CgroupError as exc:
+                log.debug("cannot read cpuset", container=name, error=str(exc))
+                continue
+            if actual != desired:
+                drifts.append(Drift(cid, name, actual, desired, mems))
+        return drifts
+
+    async def _repair(self, d: Drift) -> str:
+        if self.stub is not None and self.stub.supports_safe_unsolicited_updates:
+            failed = await self.stub.update_containers([cpu_update(d.container_id, d.desired, d.mems)])
+            if not failed:
+                return "nri"
+        if self.cri is not None:
+            try:
+                await self.cri.update_cpuset(d.container_id, str(d.desired), d.mems)
+                return "cri"
+            except grpc.aio.AioRpcError as exc:
+                log.warning("CRI repair failed; repairing in the next event reply", container=d.name,
+                            code=str(exc.code()), details=exc.details())
+        with self.tracker.lock:
+            t = self.tracker.containers.get(d.container_id)
+            if t is not None:
+                t.applied_cpus = None
+        return "next-reply"
+
+    async def _check_online_cpus(self) -> None:
+        """CPU hotplug without a drain: rebuild the engine for the new online set and repair."""
+        try:
+            text = await asyncio.to_thread(self._online_path.read_text)
+            online = CPUSet.parse(text)
+        except (OSError, CPUSetError):
+            return
+        if online == self._online:
+            return
+        topology = await asyncio.to_thread(discover, self.settings.sysfs_root)
+        self.apply_topology_change(Engine.from_settings(self.settings, topology))
+        self._online = online
+
+    def apply_topology_change(self, engine: Engine) -> None:
+        tr = self.tracker
+        with tr.lock:
+            before = tr.engine.topology.online
+            state, messages = engine.policy.start(tr.state)
+            # CPUs that came back: containers whose admitted CPUs are free again get them back
+            for a in list(state.assignments.values()):
+                missing = a.admitted - a.current
+                if a.exclusive and missing and missing.issubset(engine.policy.available_for_exclusive(state)):
+                    state = state.with_changes(default_set=state.default_set - missing,
+                                               put=_with_current(a, a.admitted))
+                    messages.append(f"{a.pod}/{a.container}: CPUs {missing} are back online; restored")
+            tr.engine, tr.state = engine, state
+            log.warning("online CPUs changed", before=str(before), after=str(engine.topology.online),
+                        shared=str(tr.shared_pool))
+            for m in messages:
+                log.warning("state repaired", repair=m)
+
+
+def _with_current(a: Assignment, current: CPUSet) -> Assignment:
+    return replace(a, current=current)
+
+
+async def stop_task(task: asyncio.Task[None] | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,71 @@
+"""The service's view of containers: engine state plus what each runtime container was last told.
+
+All mutation happens under one lock: NRI handlers run on the stub's handler thread, the
+reconcile timer and the inspection server on the main loop.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.admission import Decision, Engine
+from ..engine.cpuset import CPUSet
+from ..engine.state import Assignment, EngineState
+from .intent import ContainerIntent
+
+
+@dataclass
+class Tracked:
+    """One runtime container we manage (keyed by container id)."""
+
+    container_id: str
+    sandbox_id: str
+    intent: ContainerIntent
+    cgroups_path: str = ""
+    stopped: bool = False
+    applied_cpus: CPUSet | None = None  # what the runtime was last told; None = unknown, resend
+    applied_mems: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.intent.pod_key, self.intent.container)
+
+
+@dataclass
+class Tracker:
+    engine: Engine
+    state: EngineState
+    containers: dict[str, Tracked] = field(default_factory=dict)
+    decisions: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=64))
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def assignment(self, t: Tracked) -> Assignment | None:
+        return self.state.get(*t.key)
+
+    @property
+    def shared_pool(self) -> CPUSet:
+        return self.engine.policy.shared_pool(self.state)
+
+    def desired(self, t: Tracked) -> tuple[CPUSet, str]:
+        a = self.assignment(t)
+        cpus = a.current if a is not None and a.exclusive else self.shared_pool
+        return cpus, ",".join(map(str, self.engine.mems_of(cpus)))
+
+    def by_key(self, key: tuple[str, str]) -> Tracked | None:
+        for t in self.containers.values():
+            if t.key == key:
+                return t
+        return None
+
+    def record(self, decision: Decision, intent: ContainerIntent, outcome: str) -> None:
+        entry = {"container_id": intent.container_id, "namespace": intent.namespace, "pod_name": intent.pod_name,
+                 "outcome": outcome, **decision.to_json()}
+        self.decisions.append(entry)
+
+    def forget_applied(self) -> None:
+        """After a reply the runtime may not have applied: resend everything on the next one."""
+        for t in self.containers.values():
+            t.applied_cpus = None
