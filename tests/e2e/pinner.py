@@ -1,0 +1,85 @@
+"""Run the real `nri-pinner run` against a private containerd, and talk to it like an operator."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .harness import PrivateContainerd
+from .plugins import PluginProcess
+
+PLUGIN_NAME = "90-nri-pinner"
+
+
+@dataclass
+class Pinner:
+    runtime: PrivateContainerd
+    process: PluginProcess
+    config_path: Path
+    inspect_socket: Path
+    checkpoint: Path
+
+    def status(self, as_json: bool = True) -> Any:
+        argv = [sys.executable, "-m", "nri_pinner", "status", "--socket", str(self.inspect_socket)]
+        out = subprocess.run([*argv, "--json"] if as_json else argv, check=True, capture_output=True,
+                             text=True, timeout=30).stdout
+        return json.loads(out) if as_json else out
+
+    def assignment(self, container_id: str) -> Mapping[str, Any]:
+        for a in self.status()["assignments"]:
+            if a["container_id"] == container_id:
+                return a  # type: ignore[no-any-return]
+        raise KeyError(f"{container_id[:12]} not in nri-pinner status")
+
+    def stop(self) -> None:
+        self.process.stop()
+        self.runtime.plugins.remove(self.process)
+
+
+def config_text(runtime: PrivateContainerd, workdir: Path, **sections: Mapping[str, Any]) -> str:
+    base: dict[str, dict[str, Any]] = {
+        "cpu_manager": {"reserved_cpus": "0"},
+        "nri": {"socket": str(runtime.nri_socket)},
+        "reconcile": {"period_seconds": 1.0, "cri_socket": str(runtime.paths.grpc_socket)},
+        "state": {"checkpoint": str(workdir / "checkpoint.json")},
+        "inspect": {"socket": str(workdir / "inspect.sock")},
+        "log": {"format": "json", "level": "info"},
+    }
+    for name, values in sections.items():
+        base.setdefault(name, {}).update(values)
+    lines = []
+    for name, values in base.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def start_pinner(runtime: PrivateContainerd, workdir: Path | None = None, **sections: Mapping[str, Any]) -> Pinner:
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="pinner-", dir="/tmp"))  # short: unix socket paths
+    config = workdir / "config.toml"
+    config.write_text(config_text(runtime, workdir, **sections))
+    process = runtime.start_plugin([sys.executable, "-m", "nri_pinner", "run", "--config", str(config)],
+                                   name=PLUGIN_NAME, timeout=30)
+    pinner = Pinner(runtime, process, config, workdir / "inspect.sock", workdir / "checkpoint.json")
+    deadline = time.monotonic() + 15
+    while not pinner.inspect_socket.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no inspection socket:\n{process.log_text()[-3000:]}")
+        time.sleep(0.05)
+    return pinner
+
+
+def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())

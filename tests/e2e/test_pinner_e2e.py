@@ -1,0 +1,134 @@
+"""nri-pinner as a node runs it: real containerd (1.7.24 and 2.1.x), real runc, real cgroups.
+
+This VM has 2 CPUs, so the scenario reserves CPU 0 and hands out one exclusive CPU (CPU 1).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from .harness import PrivateContainerd
+from .pinner import start_pinner, wait_for
+
+CHURN_SECONDS = float(os.environ.get("NRI_PINNER_E2E_CHURN_SECONDS", "60"))
+
+
+def _cpus(runtime: PrivateContainerd, cid: str) -> tuple[str, str]:
+    return runtime.cpus_allowed_list(cid), runtime.cgroup_cpuset(cid)
+
+
+def test_guaranteed_exclusive_shared_shrinks_and_grows_in_band(containerd: PrivateContainerd) -> None:
+    pinner = start_pinner(containerd)
+    burst = containerd.run_pod("burstable", 250, 500)
+    (b,) = burst.container_ids
+    assert _cpus(containerd, b) == ("0-1", "0-1")
+    assert pinner.assignment(b)["exclusive"] is False
+
+    guar = containerd.run_pod("guaranteed", 1000, 1000)
+    (g,) = guar.container_ids
+    # The Guaranteed container's exclusive CPU, and the Burstable one shrunk in the same CreateContainer reply:
+    # no reconcile needed, so check at once.
+    assert _cpus(containerd, g) == ("1", "1")
+    assert _cpus(containerd, b) == ("0", "0")
+    doc = pinner.status()
+    assert doc["pools"]["shared"] == "0" and doc["pools"]["exclusive"] == "1" and doc["pools"]["reserved"] == "0"
+    table = pinner.status(as_json=False)
+    assert guar.name in table and "exclusive" in table
+    print(f"\ncontainerd {containerd.version}: status with a Guaranteed and a Burstable pod:\n{table}")
+
+    containerd.remove_pod(guar)
+    # StopContainer's reply gives the pool back to the Burstable container, without a restart.
+    assert _cpus(containerd, b) == ("0-1", "0-1")
+    assert pinner.status()["pools"]["shared"] == "0-1"
+    containerd.remove_pod(burst)
+
+
+def test_strict_reservation_keeps_reserved_cpu_out_of_shared_pool(containerd: PrivateContainerd) -> None:
+    start_pinner(containerd, cpu_manager={"policy_options": ["strict-cpu-reservation"]})
+    burst = containerd.run_pod("besteffort")
+    (b,) = burst.container_ids
+    assert _cpus(containerd, b) == ("1", "1")
+    containerd.remove_pod(burst)
+
+
+def test_restart_rebuilds_from_synchronize_and_corrupt_checkpoint(containerd: PrivateContainerd) -> None:
+    pinner = start_pinner(containerd)
+    guar = containerd.run_pod("guaranteed", 1000, 1000)
+    burst = containerd.run_pod("burstable", 100, 0)
+    (g,), (b,) = guar.container_ids, burst.container_ids
+    pinner.stop()
+    pinner.checkpoint.write_bytes(b"{ corrupt")
+    workdir = pinner.checkpoint.parent
+    pinner = start_pinner(containerd, workdir)
+    assert pinner.assignment(g)["exclusive"] is True and pinner.assignment(g)["cpus"] == "1"
+    assert _cpus(containerd, b) == ("0", "0")
+    log = pinner.process.log_text()
+    assert "checkpoint not used" in log and "not JSON" in log
+    # new containers are still pinned after the restart
+    containerd.remove_pod(guar)
+    assert _cpus(containerd, b) == ("0-1", "0-1")
+    containerd.remove_pod(burst)
+
+
+def test_rejected_admission_fails_the_create(containerd: PrivateContainerd) -> None:
+    start_pinner(containerd, cpu_manager={"policy_options": ["full-pcpus-only"]},
+                 topology_manager={"policy": "single-numa-node"})
+    # one free CPU on this VM: no NUMA hint can hold 2 exclusive CPUs, so the kubelet's own
+    # single-numa-node admission would fail the pod; the create fails with that reason
+    with pytest.raises(Exception, match=r"nri-pinner: TopologyAffinityError"):
+        containerd.run_pod("guaranteed", 2000, 2000)
+    guar = containerd.run_pod("guaranteed", 1000, 1000)
+    assert _cpus(containerd, guar.container_ids[0]) == ("1", "1")
+    containerd.remove_pod(guar)
+
+
+def test_drift_repaired_through_cri_under_pod_churn(containerd: PrivateContainerd) -> None:
+    pinner = start_pinner(containerd)
+    burst = containerd.run_pod("burstable", 250, 500)
+    (b,) = burst.container_ids
+    stop = threading.Event()
+    cycles, errors = [0], []
+
+    def churn() -> None:
+        while not stop.is_set():
+            try:
+                pod = containerd.run_pod("besteffort")
+                containerd.remove_pod(pod, stop_timeout_s=2)
+                cycles[0] += 1
+            except Exception as exc:  # recorded; the assertion below reports them
+                errors.append(repr(exc))
+                time.sleep(0.5)
+
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    drifts = repaired = 0
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < CHURN_SECONDS:
+            containerd.write_cgroup_cpuset(b, "1")  # behind the plugin's back
+            drifts += 1
+            if wait_for(lambda: containerd.cgroup_cpuset(b) == "0-1", timeout=5, interval=0.05):
+                repaired += 1
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - started) % 1.0))
+    finally:
+        stop.set()
+        worker.join(30)
+    elapsed = time.monotonic() - started
+    health = pinner.status()["health"]
+    print(f"\ncontainerd {containerd.version}: churn {elapsed:.0f}s, {cycles[0]} pod cycles, "
+          f"{drifts} drifts written, {repaired} repaired, plugin repairs {health['reconcile_repairs']}, "
+          f"errors {len(errors)}")
+    assert not worker.is_alive(), "a CRI lifecycle call hung"
+    assert not errors, errors[:3]
+    assert repaired == drifts
+    assert health["connected"] and health["synchronized"]
+    assert health["reconcile_repairs"] >= drifts
+    # still registered and pinning
+    guar = containerd.run_pod("guaranteed", 1000, 1000)
+    assert _cpus(containerd, guar.container_ids[0]) == ("1", "1")
+    containerd.remove_pod(guar)
+    containerd.remove_pod(burst)
