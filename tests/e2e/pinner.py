@@ -43,15 +43,19 @@ class Pinner:
         self.runtime.plugins.remove(self.process)
 
 
-def config_text(runtime: PrivateContainerd, workdir: Path, **sections: Mapping[str, Any]) -> str:
+def config_text(runtime: PrivateContainerd, workdir: Path, *, test_settings: bool = True,
+                **sections: Mapping[str, Any]) -> str:
+    """This runtime's private paths; with ``test_settings`` also a reserved CPU and a fast reconcile."""
     base: dict[str, dict[str, Any]] = {
-        "cpu_manager": {"reserved_cpus": "0"},
         "nri": {"socket": str(runtime.nri_socket)},
-        "reconcile": {"period_seconds": 1.0, "cri_socket": str(runtime.paths.grpc_socket)},
+        "reconcile": {"cri_socket": str(runtime.paths.grpc_socket)},
         "state": {"checkpoint": str(workdir / "checkpoint.json")},
         "inspect": {"socket": str(workdir / "inspect.sock")},
-        "log": {"format": "json", "level": "info"},
     }
+    if test_settings:
+        base["cpu_manager"] = {"reserved_cpus": "0"}
+        base["reconcile"]["period_seconds"] = 1.0
+        base["log"] = {"format": "json", "level": "info"}
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)
     lines = []
@@ -61,10 +65,11 @@ def config_text(runtime: PrivateContainerd, workdir: Path, **sections: Mapping[s
     return "\n".join(lines) + "\n"
 
 
-def start_pinner(runtime: PrivateContainerd, workdir: Path | None = None, **sections: Mapping[str, Any]) -> Pinner:
+def start_pinner(runtime: PrivateContainerd, workdir: Path | None = None, *, test_settings: bool = True,
+                 **sections: Mapping[str, Any]) -> Pinner:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="pinner-", dir="/tmp"))  # short: unix socket paths
     config = workdir / "config.toml"
-    config.write_text(config_text(runtime, workdir, **sections))
+    config.write_text(config_text(runtime, workdir, test_settings=test_settings, **sections))
     process = runtime.start_plugin([sys.executable, "-m", "nri_pinner", "run", "--config", str(config)],
                                    name=PLUGIN_NAME, timeout=30)
     pinner = Pinner(runtime, process, config, workdir / "inspect.sock", workdir / "checkpoint.json")
