@@ -72,7 +72,7 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
         who = f"{pod.namespace}/{pod.name}/{c.name}"
         state = _place(engine, state, intent, n, actual, entry, who, repairs)
         tracked[c.id] = Tracked(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,
-                                applied_cpus=actual or None)
+                                applied_cpus=actual or None, applied_mems=c.linux.resources.cpu.mems)
     for cid in prior:
         if cid not in tracked:
             repairs.append(f"dropped checkpoint entry for container {cid[:12]}: the runtime no longer runs it")

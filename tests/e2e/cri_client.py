@@ -24,6 +24,9 @@ NS_POD, NS_CONTAINER, NS_NODE = 0, 1, 2
 # ContainerState in api.proto
 CONTAINER_STATES = {0: "CREATED", 1: "RUNNING", 2: "EXITED", 3: "UNKNOWN"}
 DEFAULT_CALL_TIMEOUT = 60.0  # seconds: a hung runtime becomes an error, not a stuck test run
+# The kubelet's CRI client limit (k8s.io/cri-client maxMsgSize, 16 MiB); gRPC's default 4 MiB receive
+# limit fails ListPodSandbox on a node whose pods carry a few MiB of annotations.
+MAX_MESSAGE_BYTES = 16 << 20
 
 
 def _load_stubs() -> tuple[ModuleType, ModuleType]:
@@ -64,7 +67,13 @@ class CriClient:
     def __init__(self, socket: Path, timeout: float = DEFAULT_CALL_TIMEOUT) -> None:
         self.pb, grpc_mod = _load_stubs()
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(f"unix://{socket}")
+        self._channel = grpc.insecure_channel(
+            f"unix://{socket}",
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
         self._rt: Any = grpc_mod.RuntimeServiceStub(self._channel)
 
     def close(self) -> None:
