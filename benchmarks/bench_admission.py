@@ -1,0 +1,129 @@
+"""Time one full admission decision: ``Engine.admit`` = CPU hints + topology merge + static-policy allocation.
+
+Cases: guaranteed creates of 1/4/16/64 CPUs on an empty node and on a half-used node
+(filled through the engine itself with random containers, so the free set is fragmented)
+for two machines, both with Topology Manager best-effort, container scope:
+
+* 256 CPUs = 2 sockets x 4 NUMA x 16 cores x 2 threads, CPU hints only;
+* 1024 CPUs = 2 sockets x 8 NUMA x 32 cores x 2 threads, three hint providers: CPUs plus
+  GPU and NIC device hints on random NUMA nodes (a fresh random pair per sample).
+
+Targets: p99 < 1 ms (256 CPUs / 8 NUMA), < 10 ms (1024 CPUs / 16 NUMA). Exit status 1 if missed.
+
+    .venv/bin/python benchmarks/bench_admission.py [--repeat N] [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import random
+import statistics
+import sys
+import time
+from typing import Any
+
+from nri_pinner.config import from_mapping
+from nri_pinner.engine.admission import AdmissionRequest, Engine
+from nri_pinner.engine.hints import TopologyHint, mask_of
+from nri_pinner.engine.state import EngineState
+from nri_pinner.engine.topology import CPUInfo, Topology
+
+SIZES = (1, 4, 16, 64)
+
+
+def machine(sockets: int, numa_per_socket: int, cores_per_numa: int, threads: int) -> Topology:
+    """Linux-style numbering (thread t of core k is CPU k + t * cores), SLIT-like distances."""
+    total_cores = sockets * numa_per_socket * cores_per_numa
+    cpus = []
+    for cpu in range(total_cores * threads):
+        core = cpu % total_cores
+        numa = core // cores_per_numa
+        cpus.append(CPUInfo(cpu=cpu, socket=numa // numa_per_socket, core=core, numa=numa, l3=numa))
+    nodes = range(sockets * numa_per_socket)
+    distances = {a: {b: 10 if a == b else (12 if a // numa_per_socket == b // numa_per_socket else 32)
+                     for b in nodes} for a in nodes}
+    return Topology(cpus=tuple(cpus), numa_distances=distances)
+
+
+def make_engine(topology: Topology, **cpu_manager: Any) -> Engine:
+    settings = from_mapping({"cpu_manager": {"reserved_cpu_count": 2, **cpu_manager},
+                             "topology_manager": {"policy": "best-effort"}})
+    return Engine.from_settings(settings, topology)
+
+
+def device_hints(rng: random.Random, numa_nodes: int) -> dict[str, tuple[TopologyHint, ...]]:
+    """A GPU on one random node and a dual-port NIC on two: preferred per device, not across."""
+    gpu = rng.randrange(numa_nodes)
+    nic = rng.sample(range(numa_nodes), 2)
+    return {
+        "vendor.com/gpu": (TopologyHint(mask_of([gpu]), True),),
+        "vendor.com/nic": (TopologyHint(mask_of([nic[0]]), True), TopologyHint(mask_of([nic[1]]), True),
+                           TopologyHint(mask_of(nic), False)),
+    }
+
+
+def half_used(engine: Engine, rng: random.Random, with_devices: bool) -> EngineState:
+    """Admit random 1-8 CPU containers until half of the CPUs are exclusive."""
+    state = engine.initial_state()
+    nodes = len(engine.topology.numa_nodes)
+    target = len(engine.topology.online) // 2
+    i = 0
+    while len(state.exclusive_cpus()) < target:
+        n = rng.randint(1, 8)
+        hints = device_hints(rng, nodes) if with_devices else {}
+        state, _ = engine.admit(state, AdmissionRequest(f"fill{i}", "c", "guaranteed", n * 1000, n * 1000,
+                                                        hints=hints))
+        i += 1
+    return state
+
+
+def measure(engine: Engine, state: EngineState, requests: list[AdmissionRequest]) -> tuple[float, float, str]:
+    samples: list[float] = []
+    gc.collect()
+    last = ""
+    for req in requests:
+        start = time.perf_counter_ns()
+        _, decision = engine.admit(state, req)
+        samples.append((time.perf_counter_ns() - start) / 1e6)
+        last = "admitted" if decision.admitted else decision.reason
+    samples.sort()
+    p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+    return statistics.median(samples), p99, last
+
+
+def run(repeat: int, seed: int) -> bool:
+    rng = random.Random(seed)
+    cases = [("256cpu/8numa", machine(2, 4, 16, 2), False, 1.0),
+             ("1024cpu/16numa", machine(2, 8, 32, 2), True, 10.0)]
+    print(f"Engine.admit, TM best-effort, {repeat} samples per row; Python {platform.python_version()} "
+          f"on {platform.machine()}")
+    print(f"{'machine':15} {'providers':11} {'node':10} {'cpus':>4} {'median ms':>10} {'p99 ms':>8} "
+          f"{'target':>7}  last outcome")
+    ok = True
+    for label, topology, with_devices, target_ms in cases:
+        engine = make_engine(topology)
+        nodes = len(topology.numa_nodes)
+        providers = "cpu+gpu+nic" if with_devices else "cpu"
+        states = {"empty": engine.initial_state(), "half-used": half_used(engine, rng, with_devices)}
+        for state_label, state in states.items():
+            for n in SIZES:
+                requests = [AdmissionRequest("bench", "c", "guaranteed", n * 1000, n * 1000,
+                                             hints=device_hints(rng, nodes) if with_devices else {})
+                            for _ in range(repeat)]
+                median, p99, outcome = measure(engine, state, requests)
+                met = p99 < target_ms
+                ok &= met
+                print(f"{label:15} {providers:11} {state_label:10} {n:>4} {median:>10.3f} {p99:>8.3f} "
+                      f"{'<' + format(target_ms, 'g'):>7}  {outcome}{'' if met else '  MISSED'}")
+    print("all targets met" if ok else "TARGET MISSED (p99 < 1 ms on 256 CPUs, < 10 ms on 1024 CPUs)")
+    return ok
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=500, help="samples per row (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    sys.exit(0 if run(args.repeat, args.seed) else 1)

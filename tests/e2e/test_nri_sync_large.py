@@ -1,0 +1,105 @@
+"""A plugin connecting to a node whose Synchronize exceeds ttrpc's 4 MiB message limit.
+
+NRI v0.6.1 (containerd 1.7) sends the whole state in one message (its frame cap is 16 MiB); Go plugins
+with ttrpc's 4 MiB receive limit drop out there. From NRI v0.7 the runtime retries an oversized sync in
+chunks flagged ``more``, which the plugin must echo. Our stub must synchronize in both cases, within the
+runtime's request timeout (the runtime enforces it: a late answer fails the sync).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from nri_pinner.nri import versions
+
+from .harness import PodHandle, PrivateContainerd
+from .pin_plugin import PIN_MODULE, online_cpus, plugin_argv, read_events, sync_seconds, wait_for_event
+from .plugins import PluginProcess
+
+pytestmark = pytest.mark.e2e
+
+PODS = 7
+BALLAST_BYTES = 800 * 1024  # per pod: 7 x 800 KiB ~ 5.5 MiB of sync, under containerd's 16 MiB CRI limit
+TTRPC_MESSAGE_LIMIT = 4 << 20
+BALLAST_KEY = "e2e.nri-pinner.io/ballast"
+
+
+@pytest.fixture
+def ballast_pods(containerd: PrivateContainerd) -> Iterator[list[PodHandle]]:
+    """PODS running BestEffort pods, each sandbox carrying a BALLAST_BYTES annotation; removed after."""
+    pods: list[PodHandle] = []
+    try:
+        for i in range(PODS):
+            ballast = f"{i:02d}" + "x" * (BALLAST_BYTES - 2)
+            pods.append(containerd.run_pod("besteffort", annotations={BALLAST_KEY: ballast}))
+        yield pods
+    finally:
+        for pod in pods:
+            containerd.remove_pod(pod, stop_timeout_s=2)
+
+
+_SENT_RE = re.compile(r"sending sync message, (\d+)/\d+, \d+/\d+ \(more: (true|false)\)")
+
+
+def accepted_sync_messages(runtime_log: str) -> list[tuple[int, bool]]:
+    """(pods, more) of each sync message NRI >= v0.7 logged as sent, minus those it then retried
+    as oversized (``oversized message, retrying in smaller chunks`` follows them)."""
+    sent: list[tuple[int, bool]] = []
+    for line in runtime_log.splitlines():
+        found = _SENT_RE.search(line)
+        if found:
+            sent.append((int(found.group(1)), found.group(2) == "true"))
+        elif "oversized message, retrying" in line and sent:
+            sent.pop()
+    return sent
+
+
+def _chunked_sync(containerd_version: str) -> bool:
+    nri = versions.infer_nri_version("containerd", containerd_version)
+    return nri is not None and nri >= (0, 7, 0)
+
+
+def test_oversized_sync_is_accepted_and_answered(
+    containerd: PrivateContainerd,
+    ballast_pods: list[PodHandle],
+    start_plugin: Callable[..., PluginProcess],
+    tmp_path: Path,
+) -> None:
+    pinned = str(online_cpus()[-1])
+    since = containerd.log_offset()
+    log = tmp_path / "pin.jsonl"
+    plugin = start_plugin(
+        plugin_argv(PIN_MODULE, "--socket", str(containerd.nri_socket), "--log", str(log), "--cpus", pinned),
+        name="50-pin-fixed",
+    )
+    runtime_log = containerd.log_text(since)
+    assert "failed to synchronize" not in runtime_log
+
+    sync = wait_for_event(log, "Synchronize")
+    assert (sync["pods"], sync["containers"]) == (PODS, PODS)
+    assert sync["encoded_bytes"] > TTRPC_MESSAGE_LIMIT
+    chunks = sync["stub_requests"] - 1  # requests served before the handler ran: Configure + sync chunks
+    sent = accepted_sync_messages(runtime_log)
+    if _chunked_sync(containerd.version):
+        # The runtime rejects a chunk reply that does not echo `more`; it accepted every chunk.
+        assert chunks >= 2 and [more for _, more in sent] == [True] * (chunks - 1) + [False], (chunks, sent)
+        assert sum(pods for pods, _ in sent) == PODS
+        assert re.search(r'plugin \\?"50-pin-fixed\\?" connected and synchronized', runtime_log)
+    else:
+        assert chunks == 1 and sent == []  # one unchunked message of > 4 MiB, no sync debug lines
+    seconds = sync_seconds(runtime_log, plugin.name)
+    print(f"\ncontainerd {containerd.version}: sync of {PODS} pods / {PODS} containers, "
+          f"{sync['encoded_bytes'] / 2**20:.2f} MiB in {chunks} message(s), answered in {seconds * 1000:.0f} ms "
+          f"(runtime side; plugin handler {sync['handler_s'] * 1000:.1f} ms)")
+
+    # Synchronized plugins are in the event path: the next container is created through it.
+    pod = containerd.run_pod("besteffort")
+    (cid,) = pod.container_ids
+    wait_for_event(log, "CreateContainer", lambda e: e["container"] == cid)
+    assert containerd.cgroup_cpuset(cid) == pinned
+    containerd.remove_pod(pod)
+    assert [e["event"] for e in read_events(log)].count("Synchronize") == 1
