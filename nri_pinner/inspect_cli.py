@@ -26,7 +26,7 @@ def status(socket: str | None, config_path: str, as_json: bool = False) -> int:
     try:
         doc = query(socket)
     except grpc.RpcError as exc:
-        print(f"nri-pinner status: cannot reach the plugin at {socket}: {exc}", file=sys.stderr)
+        print(f"nri-pinner status: cannot reach the plugin at {socket}: {_rpc_error(exc)}", file=sys.stderr)
         return 2
     if as_json:
         json.dump(doc, sys.stdout, indent=1)
@@ -34,6 +34,13 @@ def status(socket: str | None, config_path: str, as_json: bool = False) -> int:
     else:
         print(render_status(doc))
     return 0
+
+
+def _rpc_error(exc: grpc.RpcError) -> str:
+    """One line: str() of a grpc error is a multi-line dump."""
+    code, details = getattr(exc, "code", None), getattr(exc, "details", None)
+    text = f"{code().name}: {details()}" if callable(code) and callable(details) else str(exc)
+    return " ".join(text.split())
 
 
 def render_status(doc: dict[str, Any]) -> str:

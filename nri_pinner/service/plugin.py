@@ -31,7 +31,7 @@ class AdmissionRefused(Exception):
     """Fails the container create, as a kubelet admission failure would fail the pod."""
 
 
-def cpu_update(container_id: str, cpus: CPUSet, mems: str) -> api.ContainerUpdate:
+def cpu_update(container_id: str, cpus: CPUSet | str, mems: str) -> api.ContainerUpdate:
     u = api.ContainerUpdate(container_id=container_id)
     u.linux.resources.cpu.cpus = str(cpus)
     u.linux.resources.cpu.mems = mems
@@ -48,12 +48,14 @@ class PinnerPlugin:
     # -- helpers (call with the tracker lock held) ----------------------------------------------
     def _pending_updates(self, exclude: str = "") -> list[api.ContainerUpdate]:
         updates = []
+        texts: dict[CPUSet, str] = {}  # shared containers all get the same pool: format it once
         for t in self.tracker.containers.values():
             if t.stopped or t.container_id == exclude:
                 continue
             cpus, mems = self.tracker.desired(t)
             if t.applied_cpus != cpus or t.applied_mems != mems:
-                updates.append(cpu_update(t.container_id, cpus, mems))
+                text = texts.get(cpus) or texts.setdefault(cpus, str(cpus))
+                updates.append(cpu_update(t.container_id, text, mems))
                 t.applied_cpus, t.applied_mems = cpus, mems
         return updates
 
@@ -174,15 +176,21 @@ class PinnerPlugin:
                 if t is not None:
                     tr = self.tracker
                     tr.state = tr.engine.remove(tr.state, *t.key)
-                    shared = AdmissionRequest(t.key[0], t.key[1], "besteffort")
-                    tr.state, _ = tr.engine.admit(tr.state, shared)
-                    log.warning("late decision undone; container stays on the shared pool", container=t.key[1])
+                    if self.settings.nri.on_timeout == "fail":  # the fallback failed the create
+                        del tr.containers[t.container_id]
+                        log.warning("late decision undone; the create had failed", container=t.key[1])
+                    else:
+                        shared = AdmissionRequest(t.key[0], t.key[1], "besteffort")
+                        tr.state, _ = tr.engine.admit(tr.state, shared)
+                        log.warning("late decision undone; container stays on the shared pool",
+                                    container=t.key[1])
             self.tracker.forget_applied()
             self._commit()
 
     def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
         cpu = req.linux_resources.cpu
-        cpuset_only = bool(cpu.cpus) and not cpu.HasField("shares") and not cpu.HasField("quota")
+        # containerd relays a CRI update with shares/quota/period present but 0 when CRI left them unset
+        cpuset_only = bool(cpu.cpus) and not cpu.shares.value and not cpu.quota.value
         tr = self.tracker
         with tr.lock:
             t = tr.containers.get(req.container.id)

@@ -69,6 +69,8 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
         n = guaranteed_cpus(QoS.GUARANTEED, intent.request_milli, intent.limit_milli) if intent.qos == GUARANTEED else 0
         actual = _cpus(c.linux.resources.cpu.cpus)
         entry = prior.get(c.id)
+        if entry is not None and entry.get("restartable") and intent.init:
+            intent = replace(intent, restartable=True)  # found running as a sidecar before the restart
         who = f"{pod.namespace}/{pod.name}/{c.name}"
         state = _place(engine, state, intent, n, actual, entry, who, repairs)
         tracked[c.id] = Tracked(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,

@@ -120,7 +120,13 @@ class Reconciler:
         if online == self._online:
             return
         topology = await asyncio.to_thread(discover, self.settings.sysfs_root)
-        self.apply_topology_change(Engine.from_settings(self.settings, topology))
+        settings, reserved = self.settings, self.settings.cpu_manager.reserved_cpus
+        if reserved is not None and not reserved.issubset(topology.online):
+            # the policy refuses offline reserved CPUs; reserve the online rest until they return
+            log.warning("reserved CPUs are offline", offline=str(reserved - topology.online))
+            settings = replace(settings, cpu_manager=replace(settings.cpu_manager,
+                                                             reserved_cpus=reserved & topology.online))
+        self.apply_topology_change(Engine.from_settings(settings, topology))
         self._online = online
 
     def apply_topology_change(self, engine: Engine) -> None:

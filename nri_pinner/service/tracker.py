@@ -41,6 +41,8 @@ class Tracker:
     containers: dict[str, Tracked] = field(default_factory=dict)
     decisions: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=64))
     lock: threading.RLock = field(default_factory=threading.RLock)
+    # cpuset.mems text per (engine, cpus): every shared container asks for the same pool's
+    _mems: dict[tuple[Engine, CPUSet], str] = field(default_factory=dict, repr=False)
 
     def assignment(self, t: Tracked) -> Assignment | None:
         return self.state.get(*t.key)
@@ -52,7 +54,16 @@ class Tracker:
     def desired(self, t: Tracked) -> tuple[CPUSet, str]:
         a = self.assignment(t)
         cpus = a.current if a is not None and a.exclusive else self.shared_pool
-        return cpus, ",".join(map(str, self.engine.mems_of(cpus)))
+        return cpus, self.mems_text(cpus)
+
+    def mems_text(self, cpus: CPUSet) -> str:
+        key = (self.engine, cpus)
+        text = self._mems.get(key)
+        if text is None:
+            if len(self._mems) >= 4096:
+                self._mems.clear()
+            text = self._mems[key] = ",".join(map(str, self.engine.mems_of(cpus)))
+        return text
 
     def by_key(self, key: tuple[str, str]) -> Tracked | None:
         for t in self.containers.values():

@@ -1,0 +1,18 @@
+"""Fixtures for the service tests (the harness itself is in svc_harness.py)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A short directory under /tmp: unix socket paths are limited to 107 bytes."""
+    directory = tempfile.mkdtemp(prefix="svc-", dir="/tmp")
+    yield Path(directory)
+    shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,163 @@
+"""Service test harness: NRI messages shaped like the kubelet + containerd send them, and a
+Service wired to the in-process fake runtime through the real stub.
+
+Messages follow what containerd puts into NRI for a kubelet pod: the pod's cgroup parent per QoS
+class (cgroupfs `/kubepods[/burstable|/besteffort]/pod<uid>`), cpu shares from the request
+(kubelet MilliCPUToShares), quota/period from the limit, `linux.cgroups_path` below the parent,
+and the kubelet's container annotation `io.kubernetes.container.type`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nri_pinner.config import Settings, from_mapping
+from nri_pinner.engine.admission import Engine
+from nri_pinner.engine.cpuset import CPUSet
+from nri_pinner.engine.sysfs import discover
+from nri_pinner.engine.topology import Topology
+from nri_pinner.nri.fake_runtime import CONTAINERD_1_7_24, FakeRuntime, PluginConnection, RuntimeProfile, running_stub
+from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.service import checkpoint
+from nri_pinner.service.app import Service
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
+DUAL_SOCKET = FIXTURES / "dual-socket-ht"  # 12 CPUs, 2 NUMA nodes, core c = {c, c+6}
+PERIOD = 100_000
+KUBELET_CONTAINER_TYPE = "io.kubernetes.container.type"
+
+
+# ------------------------------------------------------------------------------------------- messages
+
+def pod(name: str, qos: str = "guaranteed", *, uid: str | None = None, namespace: str = "default",
+        annotations: Mapping[str, str] | None = None) -> api.PodSandbox:
+    uid = uid or f"uid-{name}"
+    parent = {"guaranteed": f"/kubepods/pod{uid}", "burstable": f"/kubepods/burstable/pod{uid}",
+              "besteffort": f"/kubepods/besteffort/pod{uid}"}[qos]
+    p = api.PodSandbox(id=f"sb-{name}", name=name, uid=uid, namespace=namespace, annotations=annotations or {})
+    p.linux.cgroup_parent = parent
+    return p
+
+
+def container(sandbox: api.PodSandbox, name: str, request_milli: int = 0, limit_milli: int = 0, *,
+              init: bool = False, cid: str | None = None, cpus: str = "", mems: str = "",
+              state: int = api.CONTAINER_RUNNING) -> api.Container:
+    """A container as containerd reports it; `cpus`/`mems` are its current cpuset (Synchronize)."""
+    cid = cid or f"{sandbox.name}-{name}"
+    c = api.Container(id=cid, pod_sandbox_id=sandbox.id, name=name, state=state)  # type: ignore[arg-type]
+    c.annotations[KUBELET_CONTAINER_TYPE] = "init" if init else "container"
+    cpu = c.linux.resources.cpu
+    cpu.shares.value = max(2, request_milli * 1024 // 1000)  # kubelet MilliCPUToShares
+    if limit_milli:
+        cpu.quota.value = limit_milli * PERIOD // 1000
+        cpu.period.value = PERIOD
+    if cpus:
+        cpu.cpus = cpus
+    if mems:
+        cpu.mems = mems
+    c.linux.cgroups_path = f"{sandbox.linux.cgroup_parent}/{cid}"
+    return c
+
+
+def create(sandbox: api.PodSandbox, c: api.Container) -> api.CreateContainerRequest:
+    return api.CreateContainerRequest(pod=sandbox, container=c)
+
+
+def cpuset_updates(updates: Iterable[api.ContainerUpdate]) -> dict[str, tuple[str, str]]:
+    """container id -> (cpus, mems) of each update, as the runtime decoded them."""
+    out = {}
+    for u in updates:
+        assert u.container_id not in out, f"two updates for {u.container_id} in one reply"
+        out[u.container_id] = (u.linux.resources.cpu.cpus, u.linux.resources.cpu.mems)
+    return out
+
+
+def mems_for(topology: Topology, cpus: CPUSet) -> str:
+    """The NUMA nodes holding `cpus`, as cpuset.mems text (computed from sysfs, not from the engine)."""
+    return ",".join(str(n) for n in topology.numa_nodes if topology.numa_cpus[n] & cpus)
+
+
+def checkpoint_entries(settings: Settings) -> dict[str, dict[str, Any]]:
+    loaded = checkpoint.read(settings.state.checkpoint)
+    assert loaded.body is not None, loaded.problem
+    return {e["container_id"]: e for e in loaded.body["entries"]}
+
+
+def document(svc: Service) -> dict[str, Any]:
+    """The status document (what `nri-pinner status` shows), typed for indexing."""
+    return svc.document()
+
+
+def assignments(svc: Service) -> dict[str, dict[str, Any]]:
+    return {a["container_id"]: a for a in document(svc)["assignments"]}
+
+
+# ------------------------------------------------------------------------------------------- settings
+
+def make_settings(workdir: Path, *, sysfs: Path = DUAL_SOCKET, options: Mapping[str, Mapping[str, Any]] | None = None,
+                  **sections: Mapping[str, Any]) -> Settings:
+    """Settings with every path inside `workdir` (short: unix socket paths are limited to 107 bytes);
+    `options` and `sections` override config tables key by key."""
+    data: dict[str, Any] = {
+        "sysfs_root": str(sysfs),
+        "cpu_manager": {"reserved_cpus": "0"},
+        "nri": {"socket": str(workdir / "nri.sock")},
+        "state": {"checkpoint": str(workdir / "cp.json")},
+        "inspect": {"socket": str(workdir / "inspect.sock")},
+        "reconcile": {"period_seconds": 0, "cri_socket": "", "cgroup_root": str(workdir / "cgroup")},
+    }
+    for name, values in [*(options or {}).items(), *sections.items()]:
+        data[name] = {**data.get(name, {}), **values}
+    return from_mapping(data, "<test>")
+
+
+def new_service(settings: Settings) -> Service:
+    engine = Engine.from_settings(settings, discover(settings.sysfs_root))
+    return Service(settings, engine, env={})
+
+
+def copy_sysfs(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest, symlinks=True)
+    return dest
+
+
+@dataclass
+class Running:
+    svc: Service
+    runtime: FakeRuntime
+    conn: PluginConnection
+
+    @property
+    def topology(self) -> Topology:
+        return self.svc.tracker.engine.topology
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings, profile: RuntimeProfile = CONTAINERD_1_7_24, *,
+                  svc: Service | None = None, **runtime_options: Any) -> AsyncIterator[Running]:
+    """A Service connected to a fake runtime and synchronized; stops both on exit.
+
+    The fake runtime's exit check fails the test if an unsolicited UpdateContainers reached a
+    runtime whose NRI can deadlock on it.
+    """
+    svc = svc or new_service(settings)
+    async with FakeRuntime(profile, **runtime_options) as runtime:
+        await runtime.listen(settings.nri.socket)
+        async with running_stub(svc.stub):
+            conn = await runtime.wait_ready()
+            yield Running(svc, runtime, conn)
+
+
+# ------------------------------------------------------------------------------------------- cgroups
+
+def write_cgroup_cpus(cgroup_root: Path, c: api.Container, cpus: str) -> None:
+    """cgroup v1 layout: <root>/cpuset/<cgroups_path>/cpuset.cpus."""
+    d = cgroup_root / "cpuset" / c.linux.cgroups_path.strip("/")
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "cpuset.cpus").write_text(cpus + "\n")
