@@ -116,6 +116,12 @@ class Engine:
                 init=req.init, restartable=req.restartable, numa_affinity=affinity)
         except AdmissionError as exc:
             return state, self._rejected(state, req, hint, exc.reason, str(exc))
+        if alloc.exclusive and not alloc.already_assigned and not alloc.shared_pool and not self.policy.reserved:
+            # The kubelet requires reserved CPUs for this reason: shared containers need somewhere to run.
+            return state, self._rejected(
+                state, req, hint, "InsufficientCPUs",
+                f"taking {len(alloc.cpus)} exclusive CPUs would leave the shared pool empty; "
+                "reserve CPUs (cpu_manager.reserved_cpus or reserved_cpu_count) for shared containers")
         return new_state, Decision(req.pod, req.container, True, alloc.exclusive, alloc.cpus,
                                    self.mems_of(alloc.cpus), alloc.shared_pool, hint)
 

@@ -16,6 +16,7 @@ import structlog
 from ..config import Settings
 from ..engine.admission import AdmissionRequest
 from ..engine.cpuset import CPUSet, CPUSetError
+from ..engine.state import Assignment
 from ..engine.static_policy import QoS, guaranteed_cpus
 from ..nri.gen import api_pb2 as api
 from . import checkpoint
@@ -43,7 +44,7 @@ class PinnerPlugin:
                  prior_checkpoint: dict[str, Any] | None = None) -> None:
         self.settings, self.tracker, self.metrics = settings, tracker, metrics
         self._prior = checkpoint_entries(prior_checkpoint)
-        self._synced_once = False
+        self._seeded: dict[str, tuple[str, str]] = {}  # checkpoint entries held without a Synchronize
 
     # -- helpers (call with the tracker lock held) ----------------------------------------------
     def _pending_updates(self, exclude: str = "") -> list[api.ContainerUpdate]:
@@ -86,6 +87,40 @@ class PinnerPlugin:
         self.metrics.runtime.info({"runtime": req.runtime_name, "version": req.runtime_version,
                                    "nri_version": req.NRI_version or "unknown"})
         self.metrics.nri_reconnects.inc()
+        with self.tracker.lock:
+            self._seed_from_checkpoint()
+
+    def _seed_from_checkpoint(self) -> None:
+        """Hold the checkpoint's exclusive CPUs until Synchronize replaces them with the runtime's view.
+
+        NRI v0.6.1 (containerd 1.7) never synchronizes pre-installed plugins, so without this a
+        restarted node could hand a running container's exclusive CPUs to a new one.
+        """
+        tr = self.tracker
+        if tr.containers or not self._prior:
+            return
+        state = tr.engine.initial_state()
+        for cid, entry in self._prior.items():
+            try:
+                a = Assignment.from_dict(entry)
+            except ValueError as exc:
+                log.warning("checkpoint entry ignored", container_id=cid[:12], error=str(exc))
+                continue
+            if a.exclusive:
+                state = state.with_changes(default_set=state.default_set - a.current, put=a)
+                self._seeded[cid] = a.key
+        tr.state, repairs = tr.engine.policy.start(state)
+        for message in repairs:
+            log.warning("state repaired", repair=message)
+        log.info("holding checkpointed exclusive CPUs until the runtime synchronizes", containers=len(self._seeded),
+                 exclusive=str(tr.state.exclusive_cpus()))
+
+    def _release_seeded(self, container_id: str) -> bool:
+        key = self._seeded.pop(container_id, None)
+        if key is None:
+            return False
+        self.tracker.state = self.tracker.engine.remove(self.tracker.state, *key)
+        return True
 
     def on_close(self) -> None:
         with self.tracker.lock:
@@ -98,13 +133,13 @@ class PinnerPlugin:
         with tr.lock:
             result = rebuild(tr.engine, self._prior, pods, containers)
             tr.state, tr.containers = result.state, result.containers
+            self._seeded.clear()
             for message in result.repairs:
                 log.warning("state repaired", repair=message)
             updates = self._pending_updates()
             self._commit()
         log.info("synchronized", pods=len(pods), containers=len(containers), repairs=len(result.repairs),
                  updates=len(updates), shared=str(tr.shared_pool))
-        self._synced_once = True
         return updates
 
     # -- container lifecycle ---------------------------------------------------------------------
@@ -217,6 +252,8 @@ class PinnerPlugin:
         with tr.lock:
             t = tr.containers.get(req.container.id)
             if t is None:
+                if self._release_seeded(req.container.id):
+                    self._commit()
                 return api.StopContainerResponse(update=self._pending_updates())
             t.stopped = True
             a = tr.assignment(t)
@@ -233,6 +270,8 @@ class PinnerPlugin:
         tr = self.tracker
         with tr.lock:
             t = tr.containers.pop(event.container.id, None)
+            if t is None and self._release_seeded(event.container.id):
+                self._commit()
             if t is not None and tr.by_key(t.key) is None:
                 tr.state = tr.engine.remove(tr.state, *t.key)
                 self._commit()

@@ -21,7 +21,7 @@ import grpc
 import structlog
 
 from ..config import Settings
-from ..engine.admission import Engine
+from ..engine.admission import AdmissionRequest, Engine
 from ..engine.cpuset import CPUSet, CPUSetError
 from ..engine.state import Assignment
 from ..engine.sysfs import discover
@@ -141,6 +141,17 @@ class Reconciler:
                     state = state.with_changes(default_set=state.default_set - missing,
                                                put=_with_current(a, a.admitted))
                     messages.append(f"{a.pod}/{a.container}: CPUs {missing} are back online; restored")
+            # Guaranteed containers that lost every CPU went to the shared pool: pin them again if they fit now
+            for t in tr.containers.values():
+                held = state.get(*t.key)
+                if t.stopped or t.intent.qos != "guaranteed" or (held is not None and held.exclusive):
+                    continue
+                request = AdmissionRequest(t.key[0], t.key[1], t.intent.qos, t.intent.request_milli,
+                                           t.intent.limit_milli, init=t.intent.init, restartable=t.intent.restartable)
+                readmitted, decision = engine.admit(engine.remove(state, *t.key), request)
+                if decision.admitted and decision.exclusive:
+                    state = readmitted
+                    messages.append(f"{t.intent.pod_name}/{t.key[1]}: pinned again on CPUs {decision.cpus}")
             tr.engine, tr.state = engine, state
             log.warning("online CPUs changed", before=str(before), after=str(engine.topology.online),
                         shared=str(tr.shared_pool))

@@ -49,7 +49,10 @@ class Tracker:
 
     @property
     def shared_pool(self) -> CPUSet:
-        return self.engine.policy.shared_pool(self.state)
+        """Where shared containers run. With strict reservation every other CPU may be exclusive: then
+        they run on the reserved CPUs rather than on no cpuset (which would mean every CPU)."""
+        pool = self.engine.policy.shared_pool(self.state)
+        return pool or self.engine.policy.reserved
 
     def desired(self, t: Tracked) -> tuple[CPUSet, str]:
         a = self.assignment(t)

@@ -218,13 +218,24 @@ def test_isolated_cpus_exclusive_first() -> None:
 
 def test_isolated_cpus_unused_are_never_handed_out() -> None:
     topo = kt.regular(1, 2, 4, 2, isolated=[5, 13])
-    e = engine(topo, cpu={"isolated_cpus": "unused"})
-    state, d = admit(e, e.initial_state(), req("p", "c", 14))
-    assert d.admitted and d.cpus == topo.online - topo.isolated
+    e = engine(topo, cpu={"isolated_cpus": "unused", "reserved_cpus": "0"})
+    state, d = admit(e, e.initial_state(), req("p", "c", 13))
+    assert d.admitted and d.cpus == topo.online - topo.isolated - CPUSet([0])
     _, d = admit(e, state, req("q", "c", 1))
     assert not d.admitted and d.reason == "InsufficientCPUs"
     state = e.remove(state, "p", "c")
     assert state.default_set == topo.online - topo.isolated
+
+
+def test_without_reserved_cpus_the_shared_pool_never_empties() -> None:
+    # the kubelet requires reserved CPUs for the static policy; without any, the last shared CPU stays shared
+    topo = kt.regular(1, 1, 2, 1)
+    e = engine(topo)
+    state, d = admit(e, e.initial_state(), req("p", "c", 1))
+    assert d.admitted and len(d.shared) == 1
+    after, d = admit(e, state, req("q", "c", 1))
+    assert not d.admitted and d.reason == "InsufficientCPUs" and "shared pool empty" in d.message
+    assert after == state
 
 
 def test_offline_cpus_are_in_no_pool() -> None:
