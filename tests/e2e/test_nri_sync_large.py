@@ -9,6 +9,7 @@ runtime's request timeout (the runtime enforces it: a late answer fails the sync
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -103,3 +104,34 @@ def test_oversized_sync_is_accepted_and_answered(
     assert containerd.cgroup_cpuset(cid) == pinned
     containerd.remove_pod(pod)
     assert [e["event"] for e in read_events(log)].count("Synchronize") == 1
+
+
+def test_pinner_synchronizes_an_oversized_node(containerd: PrivateContainerd, ballast_pods: list[PodHandle]) -> None:
+    """nri-pinner itself on a > 4 MiB sync (chunked on 2.x, one message on 1.7): its state afterwards
+    lists every running container, and it pins the next Guaranteed container."""
+    from .pinner import PLUGIN_NAME, start_pinner
+
+    since = containerd.log_offset()
+    pinner = start_pinner(containerd)
+    started = time.monotonic()
+    doc = pinner.status()
+    known = {a["container_id"] for a in doc["assignments"]}
+    running = {cid for pod in ballast_pods for cid in pod.container_ids}
+    assert running <= known, f"missing {running - known}"
+    log = containerd.log_text(since)
+    chunks = accepted_sync_messages(log)
+    if _chunked_sync(containerd.version):
+        assert len(chunks) >= 2 and chunks[-1][1] is False and all(more for _, more in chunks[:-1])
+    synced = [line for line in pinner.process.log_text().splitlines() if '"synchronized"' in line]
+    assert synced, pinner.process.log_text()[-2000:]
+    from .pin_plugin import sync_seconds
+
+    took = sync_seconds(log, PLUGIN_NAME)
+    assert took < 2.0  # the runtime's request timeout covers every chunk together
+    print(f"\ncontainerd {containerd.version}: nri-pinner synchronized {len(running)} containers "
+          f"({sum(len(p.sandbox_config.annotations.get(BALLAST_KEY, '')) for p in ballast_pods) / 2**20:.1f} MiB of "
+          f"annotations) in {max(len(chunks), 1)} message(s), {took * 1000:.0f} ms runtime-side; "
+          f"status answered {time.monotonic() - started:.2f}s after start")
+    guar = containerd.run_pod("guaranteed", 1000, 1000)
+    assert containerd.cpus_allowed_list(guar.container_ids[0]) == "1"
+    containerd.remove_pod(guar)
