@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import os
 import re
+import signal
 import socket
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -306,3 +307,23 @@ class Stub:
         body = await peer.call(RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(),
                                self.request_timeout)
         return list(api.UpdateContainersResponse.FromString(body).failed)
+
+
+async def serve(stub: Stub, logger: Any = None) -> int:
+    """Run ``stub`` until SIGINT/SIGTERM; the exit status for a plugin's ``main``.
+
+    0 after a signal; 1 when a pre-installed plugin loses its runtime (containerd never relaunches
+    it, so the process must end and say why).
+    """
+    log = KvLogger(logger, "nri_pinner.nri.stub")
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+            loop.add_signal_handler(signum, lambda: asyncio.ensure_future(stub.stop()))
+    try:
+        await stub.run()
+    except PluginConnectionLost as exc:
+        log.error("runtime connection lost; exiting (containerd relaunches pre-installed plugins only on restart)",
+                  plugin=stub.full_name, error=str(exc))
+        return 1
+    return 0

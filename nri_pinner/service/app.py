@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import sys
 from importlib.resources import files
 from pathlib import Path
@@ -17,7 +16,7 @@ from ..config import CONFIG_PATH, ConfigError, Settings, load, load_file
 from ..engine.admission import Engine
 from ..engine.errors import PolicyOptionError
 from ..engine.sysfs import SysfsError, discover
-from ..nri.stub import PluginConnectionLost, Stub
+from ..nri.stub import Stub, serve
 from . import checkpoint, logs
 from .cri_client import CRIClient
 from .inspect import start_server, status_document
@@ -66,22 +65,13 @@ class Service:
         if self.settings.metrics.enabled:
             self.metrics.serve(self.settings.metrics.address, self.settings.metrics.port)
         reconcile = asyncio.create_task(self.reconciler.run())
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(self.stub.stop()))
-        status = 0
         try:
-            await self.stub.run()
-        except PluginConnectionLost as exc:
-            log.error("runtime connection lost; exiting (containerd relaunches pre-installed plugins only on restart)",
-                      error=str(exc))
-            status = 1
+            return await serve(self.stub, structlog.get_logger("nri_pinner.nri"))
         finally:
             await stop_task(reconcile)
             await server.stop(0.5)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.settings.inspect.socket)
-        return status
 
 
 def run_from_config(path: str) -> int:

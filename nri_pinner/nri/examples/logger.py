@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -29,7 +27,7 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub import DEFAULT_SOCKET_PATH, PluginConnectionLost, Stub
+from nri_pinner.nri.stub import DEFAULT_SOCKET_PATH, Stub, serve
 from nri_pinner.nri.stub_handlers import STATE_EVENTS
 
 
@@ -107,16 +105,7 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
     except ValueError as exc:
         logging.getLogger("nri_pinner.nri.examples.logger").error("invalid setup: %s", exc)
         return 2
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, lambda: asyncio.ensure_future(stub.stop()))
-    try:
-        await stub.run()
-    except PluginConnectionLost as exc:
-        logging.getLogger("nri_pinner.nri.examples.logger").error("exiting: %s", exc)
-        return 1
-    return 0
+    return await serve(stub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

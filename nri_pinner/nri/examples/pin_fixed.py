@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import re
-import signal
 import sys
 import threading
 import time
@@ -33,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub import DEFAULT_SOCKET_PATH, PluginConnectionLost, Stub, StubStats
+from nri_pinner.nri.stub import DEFAULT_SOCKET_PATH, Stub, StubStats, serve
 
 _CPU_LIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 
@@ -121,16 +119,7 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
         log.error("invalid setup: %s", exc)
         return 2
     plugin.stub_stats = stub.stats
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, lambda: asyncio.ensure_future(stub.stop()))
-    try:
-        await stub.run()
-    except PluginConnectionLost as exc:
-        log.error("exiting: %s", exc)
-        return 1
-    return 0
+    return await serve(stub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
