@@ -47,7 +47,8 @@ def render_status(doc: dict[str, Any]) -> str:
     h, pools = doc["health"], doc["pools"]
     lines = [
         f"runtime: {h.get('runtime_name', '?')} {h.get('runtime_version', '?')} "
-        f"(NRI {h.get('runtime_nri_version', '?')}), plugin {h.get('plugin', '?')} {h.get('mode', '')}, "
+        f"(NRI {h.get('runtime_nri_version', '?')}), plugin {h.get('plugin', '?')} {h.get('version', '')} "
+        f"{h.get('mode', '')}, "
         f"connected={h.get('connected')} synchronized={h.get('synchronized')}",
         f"topology manager: {doc['policy']['topology_manager']} ({doc['policy']['scope']} scope); "
         f"reconcile repairs: {h.get('reconcile_repairs', 0)}",

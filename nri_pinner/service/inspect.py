@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from .. import __version__
 from ..nri.stub import Stub
 from .gen import inspect_pb2 as pb
 from .tracker import Tracker
@@ -40,6 +41,7 @@ def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int 
         decisions = list(tracker.decisions)
     health: dict[str, Any] = stub.status() if stub is not None else {"connected": False}
     health["reconcile_repairs"] = reconcile_repairs
+    health["version"] = __version__
     return {"assignments": assignments, "pools": pools, "topology": topo.to_json(), "decisions": decisions,
             "health": health, "policy": {"topology_manager": engine.manager.policy.value, "scope": engine.scope}}
 

@@ -90,3 +90,21 @@ def start_plugin(containerd: PrivateContainerd) -> Callable[..., PluginProcess]:
     """``start_plugin(argv, name=None, env=None, timeout=15)``: start an external NRI plugin on this
     containerd's NRI socket (also in $NRI_SOCKET_PATH) and wait until containerd logs it connected."""
     return containerd.start_plugin
+
+
+# Figures the end-to-end tests print (runtime versions, sync times, churn repairs) are shown in the
+# summary even when pytest captures output, so every CI log names what ran and what it measured.
+_FIGURES: list[str] = []
+_FIGURE_PREFIXES = ("e2e: ", "containerd ", "packaging: ")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when in ("setup", "call") and report.passed:
+        _FIGURES.extend(line for line in report.capstdout.splitlines() if line.startswith(_FIGURE_PREFIXES))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _FIGURES:
+        terminalreporter.section("end-to-end figures")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)
