@@ -10,6 +10,7 @@ into failures. Workdirs live under $NRI_PINNER_E2E_WORKDIR
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -95,12 +96,14 @@ def start_plugin(containerd: PrivateContainerd) -> Callable[..., PluginProcess]:
 # Figures the end-to-end tests print (runtime versions, sync times, churn repairs) are shown in the
 # summary even when pytest captures output, so every CI log names what ran and what it measured.
 _FIGURES: list[str] = []
-_FIGURE_PREFIXES = ("e2e: ", "containerd ", "packaging: ")
+_FIGURE_LINE = re.compile(r"^(e2e: |containerd \d|packaging: )")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when in ("setup", "call") and report.passed:
-        _FIGURES.extend(line for line in report.capstdout.splitlines() if line.startswith(_FIGURE_PREFIXES))
+        for line in report.capstdout.splitlines():
+            if _FIGURE_LINE.match(line) and line not in _FIGURES:
+                _FIGURES.append(line)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

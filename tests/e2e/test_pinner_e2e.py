@@ -6,8 +6,11 @@ This VM has 2 CPUs, so the scenario reserves CPU 0 and hands out one exclusive C
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +135,61 @@ def test_drift_repaired_through_cri_under_pod_churn(containerd: PrivateContainer
     assert _cpus(containerd, guar.container_ids[0]) == ("1", "1")
     containerd.remove_pod(guar)
     containerd.remove_pod(burst)
+
+
+def test_resize_through_cri_keeps_the_assignment(containerd: PrivateContainerd) -> None:
+    pinner = start_pinner(containerd)
+    guar = containerd.run_pod("guaranteed", 1000, 1000)
+    burst = containerd.run_pod("burstable", 250, 500)
+    (g,), (b,) = guar.container_ids, burst.container_ids
+    # a kubelet in-place resize sends full resources; the cpuset stays as assigned
+    containerd.cri.update_container_resources(b, cpu_shares=512, cpu_quota=80000, cpu_period=100000)
+    assert _cpus(containerd, b) == ("0", "0") and _cpus(containerd, g) == ("1", "1")
+    containerd.cri.update_container_resources(g, cpu_shares=1024, cpu_quota=100000, cpu_period=100000)
+    assert _cpus(containerd, g) == ("1", "1")
+    assert pinner.assignment(g)["exclusive"] is True
+    containerd.remove_pod(guar)
+    containerd.remove_pod(burst)
+
+
+def test_container_exit_releases_its_cpus(containerd: PrivateContainerd) -> None:
+    start_pinner(containerd)
+    burst = containerd.run_pod("burstable", 250, 500)
+    (b,) = burst.container_ids
+    short = containerd.run_pod("guaranteed", 1000, 1000, command=("sh", "-c", "sleep 2"))
+    # StopContainer arrives when the process exits, with no CRI call; its reply grows the pool back
+    assert wait_for(lambda: containerd.cgroup_cpuset(b) == "0-1", timeout=20)
+    assert containerd.cpus_allowed_list(b) == "0-1"
+    containerd.remove_pod(short, stop_timeout_s=2)
+    containerd.remove_pod(burst)
+
+
+def test_preinstalled_nri_pinner_launched_by_containerd(containerd: PrivateContainerd, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from nri_pinner.install import install
+
+    from .pinner import PLUGIN_NAME, Pinner, config_text
+
+    state = Path(tempfile.mkdtemp(prefix="pinner-pre-", dir="/tmp"))
+    config = state / "config.toml"
+    config.write_text(config_text(containerd, state, log={"file": str(state / "nri-pinner.log")}))
+    monkeypatch.setenv("NRI_PINNER_INSTALL_ROOT", str(tmp_path))  # the marker and unit checks, not the host's /etc
+    plugin_dir = str(containerd.paths.nri_plugin_dir)
+    assert install(plugin_dir, "90", str(config), python=sys.executable) == 0
+    since = containerd.log_offset()
+    containerd.restart()
+    try:
+        containerd.wait_plugin_active(PLUGIN_NAME, since=since, timeout=30)
+        burst = containerd.run_pod("burstable", 250, 500)
+        guar = containerd.run_pod("guaranteed", 1000, 1000)
+        (b,), (g,) = burst.container_ids, guar.container_ids
+        assert _cpus(containerd, g) == ("1", "1") and _cpus(containerd, b) == ("0", "0")
+        status = Pinner(containerd, None, config, state / "inspect.sock", state / "checkpoint.json").status()  # type: ignore[arg-type]
+        assert status["health"]["mode"] == "pre-installed"
+        print(f"\ncontainerd {containerd.version}: pre-installed nri-pinner launched by containerd pins "
+              f"{guar.name} on {status['pools']['exclusive']}")
+        containerd.remove_pod(guar)
+        containerd.remove_pod(burst)
+    finally:
+        assert install(plugin_dir, "90", str(config), uninstall=True) == 0
+        containerd.restart()  # containerd kills its pre-installed plugins when it stops
