@@ -139,6 +139,13 @@ class TtrpcPeer:
                     return
                 for message in self._decoder.feed(data):
                     self._on_message(message)
+        except codec.MessageTooLarge as exc:
+            # The runtime began a message it can never finish (NRI v0.6.1 refuses to send more than
+            # 16 MiB after the first frame; newer runtimes chunk first): waiting would hang forever.
+            self.close(f"message too large: {exc}; the runtime cannot deliver it (a Synchronize this big means "
+                       "the node's pods/containers carry over 16 MiB of data, which containerd 1.7 cannot send "
+                       "in one message); reconnecting, which succeeds once that state shrinks",
+                       level=logging.ERROR)
         except codec.ProtocolError as exc:
             self.close(f"protocol error: {exc}", level=logging.ERROR)
         except (ConnectionError, OSError) as exc:

@@ -66,12 +66,12 @@ def config_text(runtime: PrivateContainerd, workdir: Path, *, test_settings: boo
 
 
 def start_pinner(runtime: PrivateContainerd, workdir: Path | None = None, *, test_settings: bool = True,
-                 **sections: Mapping[str, Any]) -> Pinner:
+                 timeout: float = 30.0, **sections: Mapping[str, Any]) -> Pinner:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="pinner-", dir="/tmp"))  # short: unix socket paths
     config = workdir / "config.toml"
     config.write_text(config_text(runtime, workdir, test_settings=test_settings, **sections))
     process = runtime.start_plugin([sys.executable, "-m", "nri_pinner", "run", "--config", str(config)],
-                                   name=PLUGIN_NAME, timeout=30)
+                                   name=PLUGIN_NAME, timeout=timeout)
     pinner = Pinner(runtime, process, config, workdir / "inspect.sock", workdir / "checkpoint.json")
     deadline = time.monotonic() + 15
     while not pinner.inspect_socket.exists():

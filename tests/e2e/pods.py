@@ -112,9 +112,10 @@ def add_container(
     image: str = BUSYBOX_IMAGE,
     command: Sequence[str] = WORKLOAD,
     start: bool = True,
+    annotations: Mapping[str, str] | None = None,
 ) -> str:
     """CreateContainer (+ StartContainer) as the kubelet sends it; ``init`` sets the init-container
-    annotation (io.kubernetes.container.type=init) the kubelet uses."""
+    annotation (io.kubernetes.container.type=init) the kubelet uses; ``annotations`` adds more."""
     if name in pod.containers:
         raise ValueError(f"pod {pod.name} already has a container named {name!r}")
     (pod.log_directory / name).mkdir(exist_ok=True)
@@ -126,7 +127,7 @@ def add_container(
         command=command,
         resources=km.container_linux_resources(resources, pod.qos, memory_capacity_bytes()),
         labels=km.container_labels(pod.name, pod.namespace, pod.uid, name),
-        annotations=km.container_annotations(name, init=init),
+        annotations={**km.container_annotations(name, init=init), **(annotations or {})},
         log_path=f"{name}/0.log",
     )
     pod.containers[name] = cid

@@ -135,3 +135,37 @@ def test_pinner_synchronizes_an_oversized_node(containerd: PrivateContainerd, ba
     guar = containerd.run_pod("guaranteed", 1000, 1000)
     assert containerd.cpus_allowed_list(guar.container_ids[0]) == "1"
     containerd.remove_pod(guar)
+
+
+def test_sync_beyond_16_mib_is_reported_and_recovers(containerd: PrivateContainerd) -> None:
+    """containerd 1.7 (NRI v0.6.1) cannot send a sync over its 16 MiB frame limit: nri-pinner must say
+    so in its log and reconnect, and synchronize once the node's state has shrunk."""
+    if _chunked_sync(containerd.version):
+        pytest.skip(f"containerd {containerd.version} chunks Synchronize: no single message over 16 MiB")
+    from .kubelet_model import ContainerResources
+    from .pinner import PLUGIN_NAME, start_pinner
+
+    pods: list[PodHandle] = []
+    try:
+        # pod and container annotations share the ballast, so no single CRI list reply passes 16 MiB
+        for i in range(11):
+            pod = containerd.run_pod("besteffort", containers=0, annotations={BALLAST_KEY: "p" * BALLAST_BYTES})
+            ballast = {BALLAST_KEY: f"{i:02d}" + "c" * BALLAST_BYTES}
+            containerd.add_container(pod, "c0", ContainerResources(), annotations=ballast)
+            pods.append(pod)
+        since = containerd.log_offset()
+        with pytest.raises(Exception, match="not connected"):
+            start_pinner(containerd, timeout=5, nri={"reconnect_max_seconds": 1.0})
+        pinner_log = containerd.plugins[-1].log_text()
+        assert "message too large" in pinner_log and "more than the 16777216 allowed" in pinner_log, pinner_log[-3000:]
+        while len(pods) > 3:
+            containerd.remove_pod(pods.pop(), stop_timeout_s=2)
+        containerd.wait_plugin_active(PLUGIN_NAME, since=since, timeout=30)
+        guar = containerd.run_pod("guaranteed", 1000, 1000)
+        assert containerd.cpus_allowed_list(guar.container_ids[0]) == "1"
+        print(f"\ncontainerd {containerd.version}: sync over 16 MiB refused and logged, nri-pinner reconnected "
+              f"and synchronized after the state shrank")
+        containerd.remove_pod(guar)
+    finally:
+        for pod in pods:
+            containerd.remove_pod(pod, stop_timeout_s=2)
