@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -257,16 +258,20 @@ class Stub:
         register = api.RegisterPluginRequest(
             plugin_name=self.name, plugin_idx=self.idx, NRI_version=PLUGIN_NRI_VERSION
         )
+        watchdog: asyncio.Task[None] | None = None
         try:
             await peer.call(RUNTIME_SERVICE, "RegisterPlugin", register.SerializeToString(),
                             self.registration_timeout)
             self.stats.bump("registrations")
             self._log.info("registered with runtime", plugin=self.full_name)
+            watchdog = asyncio.create_task(self._await_configure(peer))
         except (TtrpcStatusError, PeerClosedError, TimeoutError) as exc:
             peer.close(f"registration failed: {exc!r}")
         stopping = asyncio.create_task(self._stopping.wait())
         await asyncio.wait({reader_task, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
+        if watchdog is not None:
+            watchdog.cancel()
         await peer.aclose()
         reader_task.cancel()
         await asyncio.gather(reader_task, stopping, return_exceptions=True)
@@ -274,6 +279,14 @@ class Stub:
         self._peer = None
         await self._hook("on_close")
         return synchronized
+
+    async def _await_configure(self, peer: TtrpcPeer) -> None:
+        """A runtime that accepted RegisterPlugin but never sends Configure would leave us waiting forever."""
+        try:
+            await asyncio.wait_for(self._dispatch.configured.wait(), self.registration_timeout)
+        except TimeoutError:
+            peer.close(f"runtime sent no Configure within {self.registration_timeout:.1f}s of registration",
+                       level=logging.ERROR)
 
     async def _hook(self, name: str) -> None:
         handlers = self._dispatch.handlers

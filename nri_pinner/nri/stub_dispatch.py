@@ -91,12 +91,14 @@ class Dispatcher:
         self.stats = StubStats()
         self.handlers: HandlerThread | None = None
         self.synchronized = False
+        self.configured = asyncio.Event()  # set by Configure; the stub's registration watchdog waits on it
         self._sync_pods: list[api.PodSandbox] = []
         self._sync_containers: list[api.Container] = []
         self._sync_deadline: float | None = None
 
     def new_connection(self) -> None:
         self.synchronized = False
+        self.configured = asyncio.Event()
         self._sync_pods, self._sync_containers, self._sync_deadline = [], [], None
 
     def budget(self, timeout_ns: int = 0) -> float:
@@ -207,6 +209,7 @@ class Dispatcher:
         if mask == 0:  # 0 would mean "every event" to the runtime
             return Reply(code=UNKNOWN, message="plugin handles no event this runtime supports")
         self.events = mask
+        self.configured.set()
         self._log.info("configured", plugin=self.plugin_name, runtime_name=req.runtime_name,
                        runtime_version=req.runtime_version, runtime_nri=runtime_nri,
                        source=self.runtime_nri_version_source, request_timeout_s=self.request_timeout,
