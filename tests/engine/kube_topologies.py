@@ -210,3 +210,53 @@ def regular(
         return numa // numa_per_socket, core, numa, core // per_l3
 
     return _build(total_cores * threads, shape, isolated, offline)
+
+
+# Uncore topologies of TestStaticPolicyAddWithUncoreAlignment. Upstream writes every CPU out;
+# the formulas below reproduce those listings as read in wongchar/kubernetes
+# pkg/kubelet/cm/cpumanager/policy_test.go @ 0f3890c0c2d62207bfcc15437d723f28d206261c.
+# ``CoreID`` there is machine-wide, so it is also unique within each socket, as ours must be.
+
+
+def dual_socket_smt_uncore() -> Topology:
+    """topoDualSocketSingleNumaPerSocketSMTUncore (2x EPYC 9654): 384 CPUs, core k = {k, k+192},
+    socket/NUMA = core // 96, uncore = core // 8 (16 CPUs per uncore, 24 uncores)."""
+    return _build(384, lambda c: ((c % 192) // 96, c % 192, (c % 192) // 96, (c % 192) // 8))
+
+
+def single_socket_smt_small_uncore() -> Topology:
+    """topoSingleSocketSingleNumaPerSocketSMTSmallUncore (EPYC 7702P): 128 CPUs, core k = {k, k+64},
+    one socket/NUMA, uncore = core // 4 (8 CPUs per uncore, 16 uncores)."""
+    return _build(128, lambda c: (0, c % 64, 0, (c % 64) // 4))
+
+
+def single_socket_no_smt_small_uncore() -> Topology:
+    """topoSingleSocketSingleNumaPerSocketNoSMTSmallUncore: CPUs 0-63 listed, no SMT, uncore = cpu // 4.
+
+    Upstream's header says NumCPUs 128 / NumCores 64 / 16 uncores although only 64 CPUs are
+    listed, so the kubelet derives 2 CPUs per core and 8 per uncore for it; we model the listing.
+    """
+    return _build(64, lambda c: (0, c, 0, c // 4))
+
+
+def small_dual_socket_no_smt_uncore() -> Topology:
+    """topoSmallDualSocketSingleNumaPerSocketNoSMTUncore (2x EPYC 7303): 64 CPUs, no SMT,
+    socket/NUMA = cpu // 32, uncore = cpu // 8."""
+    return _build(64, lambda c: (c // 32, c, c // 32, c // 8))
+
+
+def dual_socket_sub_numa_ht_monolithic_uncore() -> Topology:
+    """topoDualSocketSubNumaPerSocketHTMonolithicUncore (2x Xeon 8490H, SNC): 240 CPUs,
+    core k = {k, k+120}, socket = core // 60, NUMA = core // 30, one uncore per socket."""
+    return _build(240, lambda c: ((c % 120) // 60, c % 120, (c % 120) // 30, (c % 120) // 60))
+
+
+def single_socket_pcore_ht_monolithic_uncore() -> Topology:
+    """topoSingleSocketSingleNumaPerSocketPCoreHTMonolithicUncore (i7-12850HX): 24 CPUs, one uncore;
+    CPUs 0-7 are single-thread cores 0-7, P-cores 8-15 are {8, 16} .. {15, 23}."""
+    return _build(24, lambda c: (0, c if c < 16 else c - 8, 0, 0))
+
+
+def single_socket_monolithic_uncore() -> Topology:
+    """topoSingleSocketSingleNumaPerSocketUncore (Graviton3): 64 CPUs, no SMT, one uncore."""
+    return _build(64, lambda c: (0, c, 0, 0))

@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import kube_topologies as kt
 import pytest
+from policy_helpers import G, S, alloc, policy
 
-from nri_pinner.engine.cpuset import EMPTY, CPUSet
+from nri_pinner.engine.cpuset import EMPTY
 from nri_pinner.engine.errors import InsufficientCPUs, PolicyOptionError, SMTAlignmentError
 from nri_pinner.engine.state import Assignment, EngineState
 from nri_pinner.engine.static_policy import (
@@ -19,20 +20,7 @@ from nri_pinner.engine.static_policy import (
 )
 from nri_pinner.engine.topology import Topology
 
-S = CPUSet.parse
-G = QoS.GUARANTEED
 FULL = StaticPolicyOptions(full_pcpus_only=True)
-
-
-def _policy(
-    topo: Topology,
-    n_reserved: int = 0,
-    reserved: str | None = None,
-    options: StaticPolicyOptions | None = None,
-) -> StaticPolicy:
-    opts = options or StaticPolicyOptions()
-    res = S(reserved) if reserved is not None else reserved_by_count(topo, n_reserved, opts)
-    return StaticPolicy(topo, res, opts)
 
 
 def _state(default: str, assigned: dict[str, str] | None = None) -> EngineState:
@@ -41,20 +29,6 @@ def _state(default: str, assigned: dict[str, str] | None = None) -> EngineState:
         for name, c in (assigned or {}).items()
     }
     return EngineState(default_set=S(default), assignments=assignments)
-
-
-def _alloc(
-    p: StaticPolicy,
-    st: EngineState,
-    milli: int,
-    container: str = "c",
-    pod: str = "fakePod",
-    affinity: int | None = None,
-) -> tuple[EngineState, CPUSet]:
-    new, decision = p.allocate(st, pod, container, milli, milli, G, numa_affinity=affinity)
-    assert decision.exclusive
-    assert decision.cpus.isdisjoint(new.default_set)
-    return new, decision.cpus
 
 
 # (description, topology, reserved count, assigned, default, request milli, expected) — for both option sets
@@ -97,8 +71,8 @@ def test_add_options_insensitive(
     milli: int,
     want: str,
 ) -> None:
-    p = _policy(topo(), nres, options=options)
-    _, cpus = _alloc(p, _state(default, assigned), milli)
+    p = policy(topo(), nres, options=options)
+    _, cpus = alloc(p, _state(default, assigned), milli)
     assert cpus == S(want)
 
 
@@ -112,21 +86,21 @@ def test_add_quad_socket(
     topo = QUAD()
     free = S(QUAD_AVAIL[taken]) if taken in QUAD_AVAIL else topo.online - S(taken)
     st = _state(str(free), {"c100": str(topo.online - free)})
-    _, cpus = _alloc(_policy(topo, 0, options=options), st, milli)
+    _, cpus = alloc(policy(topo, 0, options=options), st, milli)
     assert cpus == S(want)
 
 
 def test_single_cpu_is_sibling_of_reserved() -> None:
-    p = _policy(kt.single_socket_ht(), 1)
+    p = policy(kt.single_socket_ht(), 1)
     assert p.reserved == S("0")
-    _, cpus = _alloc(p, p.initial_state(), 1000)
+    _, cpus = alloc(p, p.initial_state(), 1000)
     assert cpus == S("4")
 
 
 def test_only_partial_cores_left_quad() -> None:
     topo = QUAD()
     st = _state("10,11,53,67,52", {"c100": str(topo.online - S("10,11,53,37,55,67,52"))})
-    _, cpus = _alloc(_policy(topo), st, 5000)
+    _, cpus = alloc(policy(topo), st, 5000)
     assert cpus == S("10,11,52,53,67")
 
 
@@ -134,7 +108,7 @@ def test_only_partial_cores_left_quad() -> None:
     ("req", "lim", "qos"), [(1000, 2000, QoS.BURSTABLE), (977, 977, G), (1000, 1000, QoS.BEST_EFFORT)]
 )
 def test_no_exclusive_allocation(req: int, lim: int, qos: QoS) -> None:
-    p = _policy(kt.single_socket_ht(), 1)
+    p = policy(kt.single_socket_ht(), 1)
     st, d = p.allocate(p.initial_state(), "pod", "c", req, lim, qos)
     assert not d.exclusive and d.cpus == p.shared_pool(st) == S("0-7")
     assert st.get("pod", "c") == Assignment("pod", "c", EMPTY, EMPTY, exclusive=False)
@@ -151,7 +125,7 @@ def test_no_exclusive_allocation(req: int, lim: int, qos: QoS) -> None:
 def test_not_enough_cpus_changes_nothing(
     topo: Callable[[], Topology], assigned: dict[str, str], default: str, milli: int, msg: str
 ) -> None:
-    p = _policy(topo(), 1)
+    p = policy(topo(), 1)
     st = _state(default, assigned)
     before = st.to_dict()
     with pytest.raises(InsufficientCPUs, match=msg):
@@ -163,11 +137,11 @@ def test_quad_not_enough() -> None:
     topo = QUAD()
     st = _state("10,11,53,37,55,67,52", {"c100": str(topo.online - S("10,11,53,37,55,67,52"))})
     with pytest.raises(InsufficientCPUs, match="requested=76, available=7"):
-        _policy(topo).allocate(st, "fakePod", "c5", 76000, 76000, G)
+        policy(topo).allocate(st, "fakePod", "c5", 76000, 76000, G)
 
 
 def test_same_container_gets_same_cpus() -> None:
-    p = _policy(kt.single_socket_ht(), 1)
+    p = policy(kt.single_socket_ht(), 1)
     st = _state("0,1,4,5", {"c3": "2,3,6,7"})
     new, d = p.allocate(st, "fakePod", "c3", 4000, 4000, G)
     assert d.already_assigned and d.cpus == S("2,3,6,7") and new.default_set == S("0,1,4,5")
@@ -175,19 +149,19 @@ def test_same_container_gets_same_cpus() -> None:
 
 # --- full-pcpus-only -------------------------------------------------------------------------------
 def test_smt_alignment_errors() -> None:
-    p = _policy(kt.single_socket_ht(), 1, options=FULL)
+    p = policy(kt.single_socket_ht(), 1, options=FULL)
     with pytest.raises(SMTAlignmentError) as e1:
         p.allocate(p.initial_state(), "pod", "c", 1000, 1000, G)
     assert e1.value == SMTAlignmentError(1, 2) and e1.value.reason == "SMTAlignmentError"
     assert str(e1.value) == "SMT Alignment Error: requested 1 cpus not multiple cpus per core = 2"
-    quad = _policy(QUAD(), 8, options=FULL)
+    quad = policy(QUAD(), 8, options=FULL)
     with pytest.raises(SMTAlignmentError) as e2:
         quad.allocate(quad.initial_state(), "pod", "c", 15000, 15000, G)
     assert e2.value == SMTAlignmentError(15, 4)
 
 
 def test_smt_not_enough_physical_cpus() -> None:
-    p = _policy(kt.dual_socket_ht(), reserved="1,6", options=FULL)
+    p = policy(kt.dual_socket_ht(), reserved="1,6", options=FULL)
     with pytest.raises(SMTAlignmentError) as err:
         p.allocate(_state("0,2-5,7-11"), "pod", "c", 10000, 10000, G)
     assert err.value == SMTAlignmentError(10, 2, 8, caused_by_physical_cpus=True)
@@ -196,19 +170,19 @@ def test_smt_not_enough_physical_cpus() -> None:
 
 @pytest.mark.parametrize("reserved", [None, "0,6"])
 def test_full_pcpus_takes_all_whole_cores(reserved: str | None) -> None:
-    p = _policy(kt.dual_socket_ht(), 2, reserved=reserved, options=FULL)
+    p = policy(kt.dual_socket_ht(), 2, reserved=reserved, options=FULL)
     assert p.reserved == S("0,6")
-    _, cpus = _alloc(p, _state("1-5,7-11"), 10000)
+    _, cpus = alloc(p, _state("1-5,7-11"), 10000)
     assert cpus == S("1-5,7-11")
 
 
 # --- align-by-socket and NUMA affinity -------------------------------------------------------------
 @pytest.mark.parametrize(("by_socket", "want"), [(True, "2,11"), (False, "2,21")])
 def test_align_by_socket(by_socket: bool, want: str) -> None:
-    p = _policy(
+    p = policy(
         kt.dual_socket_multi_numa_per_socket_ht(), 1, options=StaticPolicyOptions(align_by_socket=by_socket)
     )
-    _, cpus = _alloc(p, _state("2,11,21,22"), 2000, affinity=0b0101)
+    _, cpus = alloc(p, _state("2,11,21,22"), 2000, affinity=0b0101)
     assert cpus == S(want)
 
 
@@ -223,14 +197,14 @@ def test_align_by_socket(by_socket: bool, want: str) -> None:
     ],
 )
 def test_topology_aware_allocation(n: int, mask: int | None, want: str) -> None:
-    p = _policy(kt.dual_socket_ht())
-    _, cpus = _alloc(p, p.initial_state(), n * 1000, affinity=mask)
+    p = policy(kt.dual_socket_ht())
+    _, cpus = alloc(p, p.initial_state(), n * 1000, affinity=mask)
     assert cpus == S(want)
 
 
 # --- init container reuse --------------------------------------------------------------------------
 def test_app_container_reuses_init_cpus() -> None:
-    p = _policy(kt.single_socket_ht())
+    p = policy(kt.single_socket_ht())
     st, init_cpus = p.allocate(p.initial_state(), "pod", "init-0", 4000, 4000, G, init=True)[0], None
     assert st.get("pod", "init-0").current == S("0,1,4,5")  # type: ignore[union-attr]
     assert p.reusable(st, "pod") == S("0,1,4,5")
@@ -242,7 +216,7 @@ def test_app_container_reuses_init_cpus() -> None:
 
 
 def test_restartable_init_cpus_are_not_reused() -> None:
-    p = _policy(kt.single_socket_ht())
+    p = policy(kt.single_socket_ht())
     st, _ = p.allocate(p.initial_state(), "pod", "sidecar", 4000, 4000, G, init=True, restartable=True)
     st, d = p.allocate(st, "pod", "app-0", 2000, 2000, G)
     assert d.cpus == S("2,6") and st.default_set == S("3,7")
@@ -258,7 +232,7 @@ def test_restartable_init_cpus_are_not_reused() -> None:
     ],
 )
 def test_remove(assigned: dict[str, str], default: str, remove: str, want: str) -> None:
-    p = _policy(kt.single_socket_ht())
+    p = policy(kt.single_socket_ht())
     st = p.remove(_state(default, assigned), "fakePod", remove)
     assert st.default_set == S(want) and st.get("fakePod", remove) is None
 
@@ -266,13 +240,13 @@ def test_remove(assigned: dict[str, str], default: str, remove: str, want: str) 
 # --- reserved, strict reservation, isolated CPUs ---------------------------------------------------
 def test_reserved_list_and_strict_reservation() -> None:
     topo = kt.dual_socket_ht()
-    assert _policy(topo, reserved="0,1").initial_state().default_set == S("0-11")
-    strict = _policy(topo, reserved="0,1", options=StaticPolicyOptions(strict_cpu_reservation=True))
+    assert policy(topo, reserved="0,1").initial_state().default_set == S("0-11")
+    strict = policy(topo, reserved="0,1", options=StaticPolicyOptions(strict_cpu_reservation=True))
     assert strict.initial_state().default_set == S("2-11")
-    p = _policy(kt.single_socket_ht(), reserved="0,1")
-    _, cpus = _alloc(p, p.initial_state(), 1000)
+    p = policy(kt.single_socket_ht(), reserved="0,1")
+    _, cpus = alloc(p, p.initial_state(), 1000)
     assert cpus == S("4")
-    _, cpus = _alloc(p, _state("0,1,4,5", {"c100": "2,3,6,7"}), 2000, container="c3")
+    _, cpus = alloc(p, _state("0,1,4,5", {"c100": "2,3,6,7"}), 2000, container="c3")
     assert cpus == S("4,5")
 
 
@@ -358,34 +332,34 @@ def test_guaranteed_cpus() -> None:
 
 # --- start(): repair instead of refusing -----------------------------------------------------------
 def test_start_repairs_missing_reserved() -> None:
-    p = _policy(kt.dual_socket_ht(), 2)
+    p = policy(kt.dual_socket_ht(), 2)
     st, msgs = p.start(_state("0,1"))
     assert 'not all reserved cpus: "0,6" are present in defaultCpuSet: "0-1"' in msgs
     assert st.default_set == S("0-11")
 
 
 def test_start_initialises_empty_state_silently() -> None:
-    p = _policy(kt.dual_socket_ht(), 1)
+    p = policy(kt.dual_socket_ht(), 1)
     st, msgs = p.start(EngineState())
     assert st.default_set == S("0-11") and msgs[-1].startswith("shared pool repaired")
 
 
 def test_start_keeps_consistent_state() -> None:
-    p = _policy(kt.dual_socket_ht())
+    p = policy(kt.dual_socket_ht())
     good = _state("1-11", {"0": "0"})
     st, msgs = p.start(good)
     assert msgs == [] and st == good
 
 
 def test_start_strict_reserved_in_default() -> None:
-    p = _policy(kt.dual_socket_ht(), 2, options=StaticPolicyOptions(strict_cpu_reservation=True))
+    p = policy(kt.dual_socket_ht(), 2, options=StaticPolicyOptions(strict_cpu_reservation=True))
     st, msgs = p.start(_state("0,1"))
     assert 'some of strictly reserved cpus: "0" are present in defaultCpuSet: "0-1"' in msgs
     assert st.default_set == S("1-5,7-11")
 
 
 def test_start_overlap_and_unknown_cpus() -> None:
-    p = _policy(kt.dual_socket_ht())
+    p = policy(kt.dual_socket_ht())
     st, msgs = p.start(_state("2-11", {"0": "0-2"}))
     assert 'pod: fakePod, container: 0 cpuset: "0-2" overlaps with default cpuset "2-11"' in msgs
     assert st.default_set == S("3-11") and st.get("fakePod", "0").current == S("0-2")  # type: ignore[union-attr]
@@ -394,12 +368,3 @@ def test_start_overlap_and_unknown_cpus() -> None:
     assert st.default_set == S("5-11")
     st, msgs = p.start(_state("3-11", {"a": "0-2", "b": "2"}))
     assert st.get("fakePod", "b") is None and any("dropped" in m for m in msgs)
-
-
-@pytest.mark.skip(
-    reason="§5.3 m/m'/m''/n (TestStaticPolicyAddWithUncoreAlignment) use uncore topologies "
-    "(e.g. topoSingleSocketSingleNumaPerSocketSMTSmallUncore) whose upstream definitions could "
-    "not be read; their shapes are only inferred from test comments"
-)
-def test_uncore_alignment_policy_cases() -> None:
-    raise AssertionError("not ported")
