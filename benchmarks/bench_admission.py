@@ -24,27 +24,15 @@ import sys
 import time
 from typing import Any
 
+from shapes import machine
+
 from nri_pinner.config import from_mapping
 from nri_pinner.engine.admission import AdmissionRequest, Engine
 from nri_pinner.engine.hints import TopologyHint, mask_of
 from nri_pinner.engine.state import EngineState
-from nri_pinner.engine.topology import CPUInfo, Topology
+from nri_pinner.engine.topology import Topology
 
 SIZES = (1, 4, 16, 64)
-
-
-def machine(sockets: int, numa_per_socket: int, cores_per_numa: int, threads: int) -> Topology:
-    """Linux-style numbering (thread t of core k is CPU k + t * cores), SLIT-like distances."""
-    total_cores = sockets * numa_per_socket * cores_per_numa
-    cpus = []
-    for cpu in range(total_cores * threads):
-        core = cpu % total_cores
-        numa = core // cores_per_numa
-        cpus.append(CPUInfo(cpu=cpu, socket=numa // numa_per_socket, core=core, numa=numa, l3=numa))
-    nodes = range(sockets * numa_per_socket)
-    distances = {a: {b: 10 if a == b else (12 if a // numa_per_socket == b // numa_per_socket else 32)
-                     for b in nodes} for a in nodes}
-    return Topology(cpus=tuple(cpus), numa_distances=distances)
 
 
 def make_engine(topology: Topology, **cpu_manager: Any) -> Engine:

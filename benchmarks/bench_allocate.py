@@ -17,19 +17,11 @@ import statistics
 import time
 from collections.abc import Callable
 
+from shapes import machine
+
 from nri_pinner.engine.allocator import take_by_topology_numa_distributed, take_by_topology_numa_packed
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.engine.topology import CPUInfo, Topology
-
-
-def machine(sockets: int, numa_per_socket: int, cores_per_numa: int, threads: int) -> Topology:
-    total_cores = sockets * numa_per_socket * cores_per_numa
-    cpus = []
-    for cpu in range(total_cores * threads):
-        core = cpu % total_cores
-        numa = core // cores_per_numa
-        cpus.append(CPUInfo(cpu=cpu, socket=numa // numa_per_socket, core=core, numa=numa, l3=numa))
-    return Topology(cpus=tuple(cpus))
+from nri_pinner.engine.topology import Topology
 
 
 def half_used(topo: Topology) -> CPUSet:

@@ -19,6 +19,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from shapes import machine
+
 from nri_pinner.engine.cpu_hints import CPUHintProvider
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.hints import (
@@ -30,23 +32,7 @@ from nri_pinner.engine.hints import (
     mask_of,
 )
 from nri_pinner.engine.merge import Policy, TopologyManager, merge_container
-from nri_pinner.engine.topology import CPUInfo, Topology
-
-
-def build(sockets: int, numa_per_socket: int, cores_per_numa: int, threads: int) -> Topology:
-    total_cores = sockets * numa_per_socket * cores_per_numa
-    cpus = []
-    for socket in range(sockets):
-        for local in range(numa_per_socket):
-            numa = socket * numa_per_socket + local
-            for c in range(cores_per_numa):
-                core = numa * cores_per_numa + c
-                for t in range(threads):
-                    cpus.append(CPUInfo(cpu=t * total_cores + core, socket=socket,
-                                        core=local * cores_per_numa + c, numa=numa, l3=numa))
-    distances = {a: {b: 10 if a == b else (12 if a // numa_per_socket == b // numa_per_socket else 32)
-                     for b in range(sockets * numa_per_socket)} for a in range(sockets * numa_per_socket)}
-    return Topology(cpus=tuple(cpus), numa_distances=distances)
+from nri_pinner.engine.topology import Topology
 
 
 def device_hints(nodes: int) -> dict[str, tuple[TopologyHint, ...]]:
@@ -86,7 +72,7 @@ def _constant(free: CPUSet) -> Callable[[], CPUSet]:
 def run(repeat: int) -> bool:
     ok = True
     rng = random.Random(42)
-    machines = [("256cpu/8numa", build(2, 4, 16, 2), 1.0), ("1024cpu/16numa", build(2, 8, 32, 2), 10.0)]
+    machines = [("256cpu/8numa", machine(2, 4, 16, 2), 1.0), ("1024cpu/16numa", machine(2, 8, 32, 2), 10.0)]
     print(f"{'machine':16} {'free set':18} {'req':>4} {'median ms':>10} {'p99 ms':>8}  result")
     for label, topology, target_ms in machines:
         manager = TopologyManager.from_topology(topology, Policy.BEST_EFFORT, prefer_closest_numa_nodes=False)

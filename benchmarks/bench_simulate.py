@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_admission import machine
+from shapes import machine
 
 from nri_pinner.engine.simulate import load_engine, run_ops, run_scenario_file
 
