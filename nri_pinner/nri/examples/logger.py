@@ -14,7 +14,6 @@ or updates anything.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import sys
@@ -26,6 +25,7 @@ from typing import Any, TextIO
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
+from nri_pinner.nri.examples.cli import run_example
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub import DEFAULT_SOCKET_PATH, Stub, serve
 from nri_pinner.nri.stub_handlers import STATE_EVENTS
@@ -109,13 +109,7 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.log == "-":
-        return asyncio.run(run(args, sys.stderr))
-    with open(args.log, "a", encoding="utf-8") as out:
-        return asyncio.run(run(args, out))
+    return run_example(parse_args(argv), run)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ time), CreateContainer (adjusted cpus, updates) and RemoveContainer.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import re
@@ -30,6 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from nri_pinner.nri.examples.cli import run_example
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub import DEFAULT_SOCKET_PATH, Stub, StubStats, serve
 
@@ -123,13 +123,7 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.log == "-":
-        return asyncio.run(run(args, sys.stderr))
-    with open(args.log, "a", encoding="utf-8") as out:
-        return asyncio.run(run(args, out))
+    return run_example(parse_args(argv), run)
 
 
 if __name__ == "__main__":
