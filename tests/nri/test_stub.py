@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +18,6 @@ from stub_test_helpers import (
     cpus_adjustment,
     make_stub,
     pods,
-    short_socket_path,
 )
 
 from nri_pinner.nri import codec
@@ -34,12 +32,6 @@ from nri_pinner.nri.fake_runtime import (
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub import PluginConnectionLost, Stub
 from nri_pinner.nri.stub_wire import UNIMPLEMENTED, TtrpcStatusError
-
-
-@pytest.fixture
-def sock_path() -> Iterator[str]:
-    with short_socket_path() as path:
-        yield path
 
 
 async def test_v061_registration_configure_and_single_sync(sock_path: str) -> None:

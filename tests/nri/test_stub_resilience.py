@@ -6,7 +6,6 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +15,6 @@ from stub_test_helpers import (
     containers,
     cpus_adjustment,
     make_stub,
-    short_socket_path,
 )
 
 from nri_pinner.nri import codec
@@ -30,12 +28,6 @@ from nri_pinner.nri.fake_runtime import (
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub import PluginConnectionLost, Stub
 from nri_pinner.nri.stub_wire import UNKNOWN, TtrpcStatusError
-
-
-@pytest.fixture
-def sock_path() -> Iterator[str]:
-    with short_socket_path() as path:
-        yield path
 
 
 class SlowCreate:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import tempfile
-from pathlib import Path
 
 from nri_pinner.nri import codec
 from nri_pinner.nri.stub import Stub
@@ -17,8 +15,7 @@ class Silent:
         return None
 
 
-async def test_no_configure_after_registration_closes_and_reconnects() -> None:
-    path = Path(tempfile.mkdtemp(prefix="nri-wd-", dir="/tmp")) / "nri.sock"
+async def test_no_configure_after_registration_closes_and_reconnects(sock_path: str) -> None:
     registrations: list[float] = []
 
     async def mute_runtime(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -33,8 +30,8 @@ async def test_no_configure_after_registration_closes_and_reconnects() -> None:
                 await writer.drain()
         writer.close()
 
-    server = await asyncio.start_unix_server(mute_runtime, path=str(path))
-    stub = Stub(Silent(), name="wd", idx="10", socket_path=str(path), registration_timeout=0.3,
+    server = await asyncio.start_unix_server(mute_runtime, path=sock_path)
+    stub = Stub(Silent(), name="wd", idx="10", socket_path=sock_path, registration_timeout=0.3,
                 backoff_initial=0.1, backoff_max=0.1)
     task = asyncio.create_task(stub.run())
     try:
