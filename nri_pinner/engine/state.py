@@ -121,6 +121,10 @@ class EngineState:
         )
 
     # -- serialisation ---------------------------------------------------------------------------
+    def hold(self, a: Assignment) -> EngineState:
+        """Record ``a`` with its current CPUs taken out of the shared pool (allocation, restore, repair)."""
+        return self.with_changes(default_set=self.default_set - a.current, put=a)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": STATE_VERSION,

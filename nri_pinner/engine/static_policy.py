@@ -249,7 +249,7 @@ class StaticPolicy:
             restartable=restartable,
             numa_affinity=numa_affinity,
         )
-        new_state = state.with_changes(default_set=state.default_set - cpus, put=assignment)
+        new_state = state.hold(assignment)
         new_state = self._update_reusable(new_state, assignment)
         return new_state, self._decision(new_state, assignment, already=False, reused=cpus & reusable)
 

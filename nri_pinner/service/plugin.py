@@ -107,7 +107,7 @@ class PinnerPlugin:
                 log.warning("checkpoint entry ignored", container_id=cid[:12], error=str(exc))
                 continue
             if a.exclusive:
-                state = state.with_changes(default_set=state.default_set - a.current, put=a)
+                state = state.hold(a)
                 self._seeded[cid] = a.key
         tr.state, repairs = tr.engine.policy.start(state)
         for message in repairs:

@@ -114,4 +114,4 @@ def _insert(state: EngineState, intent: ContainerIntent, admitted: CPUSet, curre
     a = Assignment(intent.pod_key, intent.container, admitted, current, exclusive=True, init=intent.init,
                    restartable=intent.restartable,
                    numa_affinity=affinity if isinstance(affinity, int) and affinity > 0 else None)
-    return state.with_changes(default_set=state.default_set - current, put=a)
+    return state.hold(a)

@@ -23,7 +23,6 @@ import structlog
 from ..config import Settings
 from ..engine.admission import AdmissionRequest, Engine
 from ..engine.cpuset import CPUSet, CPUSetError
-from ..engine.state import Assignment
 from ..engine.sysfs import discover
 from ..nri.stub import Stub
 from .cgroups import CgroupError, read_cpus
@@ -138,8 +137,7 @@ class Reconciler:
             for a in list(state.assignments.values()):
                 missing = a.admitted - a.current
                 if a.exclusive and missing and missing.issubset(engine.policy.available_for_exclusive(state)):
-                    state = state.with_changes(default_set=state.default_set - missing,
-                                               put=_with_current(a, a.admitted))
+                    state = state.hold(replace(a, current=a.admitted))
                     messages.append(f"{a.pod}/{a.container}: CPUs {missing} are back online; restored")
             # Guaranteed containers that lost every CPU went to the shared pool: pin them again if they fit now
             for t in tr.containers.values():
@@ -157,10 +155,6 @@ class Reconciler:
                         shared=str(tr.shared_pool))
             for m in messages:
                 log.warning("state repaired", repair=m)
-
-
-def _with_current(a: Assignment, current: CPUSet) -> Assignment:
-    return replace(a, current=current)
 
 
 async def stop_task(task: asyncio.Task[None] | None) -> None:
