@@ -97,6 +97,11 @@ def _opt(msg: Any, field: str) -> int:
     return int(getattr(msg, field).value) if msg.HasField(field) else 0
 
 
+def cpu_limit_milli(cpu: Any) -> int:
+    """CPU limit of an NRI LinuxCPU (quota/period), 0 when unlimited."""
+    return quota_to_milli(_opt(cpu, "quota"), _opt(cpu, "period"))
+
+
 def _names(annotations: Any, key: str) -> set[str]:
     return {n.strip() for n in annotations.get(key, "").split(",") if n.strip()}
 
@@ -108,7 +113,7 @@ def intent_from_nri(pod: Any, container: Any) -> ContainerIntent:
     qos = qos_from_cgroup_parent(pod.linux.cgroup_parent)
     cpu = container.linux.resources.cpu
     request = shares_to_milli(_opt(cpu, "shares"))
-    limit = quota_to_milli(_opt(cpu, "quota"), _opt(cpu, "period"))
+    limit = cpu_limit_milli(cpu)
     source = "cgroup"
     if qos == GUARANTEED and limit == 0:
         # Guaranteed means limit == request; the quota may be off (DisableCPUQuotaWithExclusiveCPUs)

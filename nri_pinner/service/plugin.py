@@ -20,7 +20,7 @@ from ..engine.state import Assignment
 from ..engine.static_policy import QoS, guaranteed_cpus
 from ..nri.gen import api_pb2 as api
 from . import checkpoint
-from .intent import GUARANTEED, IntentError, intent_from_nri, quota_to_milli
+from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
 from .rebuild import checkpoint_entries, rebuild
 from .tracker import Tracked, Tracker
@@ -312,8 +312,7 @@ class PinnerPlugin:
         if self.settings.topology_manager.scope != "pod":
             return None
         res = pod.linux.pod_resources.cpu
-        limit = quota_to_milli(res.quota.value if res.HasField("quota") else 0,
-                               res.period.value if res.HasField("period") else 0)
+        limit = cpu_limit_milli(res)
         return guaranteed_cpus(QoS.GUARANTEED, limit, limit) or None
 
     def _note_resize(self, t: Tracked, resources: api.LinuxResources) -> None:
@@ -321,8 +320,7 @@ class PinnerPlugin:
         if a is None or not a.exclusive or t.intent.qos != GUARANTEED:
             return
         cpu = resources.cpu
-        limit = quota_to_milli(cpu.quota.value if cpu.HasField("quota") else 0,
-                               cpu.period.value if cpu.HasField("period") else 0)
+        limit = cpu_limit_milli(cpu)
         if limit and limit != len(a.current) * 1000:
             log.warning("in-place resize of exclusive CPUs is not implemented yet; keeping the assignment",
                         container=t.key[1], cpus=str(a.current), new_limit_milli=limit)
