@@ -28,9 +28,9 @@ from shapes import machine
 
 from nri_pinner.config import from_mapping
 from nri_pinner.engine.admission import AdmissionRequest, Engine
-from nri_pinner.engine.hints import TopologyHint, mask_of
-from nri_pinner.engine.state import EngineState
-from nri_pinner.engine.topology import Topology
+from nri_pinner.engine.cpumanager.state import EngineState
+from nri_pinner.engine.topology.model import Topology
+from nri_pinner.engine.topologymanager.hints import TopologyHint, mask_of
 
 SIZES = (1, 4, 16, 64)
 

@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 from shapes import machine
 
-from nri_pinner.engine.allocator import take_by_topology_numa_distributed, take_by_topology_numa_packed
+from nri_pinner.engine.cpumanager.allocator import take_by_topology_numa_distributed, take_by_topology_numa_packed
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.engine.topology import Topology
+from nri_pinner.engine.topology.model import Topology
 
 
 def half_used(topo: Topology) -> CPUSet:

@@ -21,9 +21,10 @@ from collections.abc import Callable
 
 from shapes import machine
 
-from nri_pinner.engine.cpu_hints import CPUHintProvider
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.engine.hints import (
+from nri_pinner.engine.topology.model import Topology
+from nri_pinner.engine.topologymanager.cpu_hints import CPUHintProvider
+from nri_pinner.engine.topologymanager.hints import (
     HintProvider,
     HintRequest,
     ResourceHints,
@@ -31,8 +32,7 @@ from nri_pinner.engine.hints import (
     TopologyHint,
     mask_of,
 )
-from nri_pinner.engine.merge import Policy, TopologyManager, merge_container
-from nri_pinner.engine.topology import Topology
+from nri_pinner.engine.topologymanager.merge import Policy, TopologyManager, merge_container
 
 
 def device_hints(nodes: int) -> dict[str, tuple[TopologyHint, ...]]:

@@ -27,8 +27,10 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "service"))
 from svc_harness import container, create, make_settings, pod, running  # type: ignore[import-not-found]
 
-from nri_pinner.nri.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_3_0, NRI_V0_12_1
 from nri_pinner.nri.gen import api_pb2 as api
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit/ is in the checkout, not installed
+from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_3_0, NRI_V0_12_1
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPE = "dual-socket-8numa-256"

@@ -14,18 +14,22 @@ import logging
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 
-from nri_pinner.nri.fake_runtime import (
+from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.nri.stub import Stub
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit/ is in the checkout, not installed
+from testkit.fake_runtime import (
     CONTAINERD_1_7_24,
     CONTAINERD_2_1_9,
     CONTAINERD_2_3_0,
     FakeRuntime,
     running_stub,
 )
-from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub import Stub
 
 PROFILES = {p.label: p for p in (CONTAINERD_1_7_24, CONTAINERD_2_1_9, CONTAINERD_2_3_0)}
 

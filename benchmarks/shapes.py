@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nri_pinner.engine.topology import CPUInfo, Topology
+from nri_pinner.engine.topology.model import CPUInfo, Topology
 
 
 def machine(sockets: int, numa_per_socket: int, cores_per_numa: int, threads: int) -> Topology:

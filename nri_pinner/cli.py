@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "topology":
             return _topology(args.sysfs or "/", as_json=args.json)
         if args.command == "simulate":
-            from .engine.simulate import run_scenario_file
+            from .simulate import run_scenario_file
 
             return run_scenario_file(args.scenario, args.sysfs, sys.stdout)
         if args.command == "config":
@@ -85,8 +85,8 @@ class CLIError(Exception):
 
 
 def _topology(root: str, as_json: bool) -> int:
-    from .engine.sysfs import SysfsError, discover
-    from .engine.topology_view import render_topology
+    from .engine.topology.sysfs import SysfsError, discover
+    from .engine.topology.view import render_topology
 
     try:
         topo = discover(root)

@@ -9,8 +9,8 @@ from typing import Any
 import grpc
 
 from .config import ConfigError, load_file
-from .engine.topology import Topology
-from .engine.topology_view import render_topology
+from .engine.topology.model import Topology
+from .engine.topology.view import render_topology
 
 
 def status(socket: str | None, config_path: str, as_json: bool = False) -> int:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write sysfs CPU/NUMA trees (only the files ``nri_pinner.engine.sysfs`` reads).
+"""Write sysfs CPU/NUMA trees (only the files ``nri_pinner.engine.topology.sysfs`` reads).
 
     python scripts/gen_sysfs.py                 # regenerate tests/fixtures/sysfs/<name> for NAMED shapes
     python scripts/gen_sysfs.py --capture NAME  # copy this host's real files to tests/fixtures/sysfs/NAME

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
-from .cpu_hints import CPUHintProvider
+from .cpumanager.state import EngineState
+from .cpumanager.static_policy import QoS, StaticPolicy, StaticPolicyOptions, guaranteed_cpus, reserved_by_count
 from .cpuset import EMPTY, CPUSet
 from .errors import AdmissionError
-from .hints import HintProvider, HintRequest, ResourceHints, StaticHintProvider, TopologyHint, nodes_of
-from .merge import MergeResult, Policy, TopologyManager, merge_container, merge_pod
-from .state import EngineState
-from .static_policy import QoS, StaticPolicy, StaticPolicyOptions, guaranteed_cpus, reserved_by_count
-from .topology import Topology
+from .topology.model import Topology
+from .topologymanager.cpu_hints import CPUHintProvider
+from .topologymanager.hints import HintProvider, HintRequest, ResourceHints, StaticHintProvider, TopologyHint, nodes_of
+from .topologymanager.merge import MergeResult, Policy, TopologyManager, merge_container, merge_pod
 
 _QOS = {"guaranteed": QoS.GUARANTEED, "burstable": QoS.BURSTABLE, "besteffort": QoS.BEST_EFFORT,
         "unmanaged": QoS.BEST_EFFORT}

@@ -15,7 +15,7 @@ from .. import __version__
 from ..config import CONFIG_PATH, ConfigError, Settings, load, load_file
 from ..engine.admission import Engine
 from ..engine.errors import PolicyOptionError
-from ..engine.sysfs import SysfsError, discover
+from ..engine.topology.sysfs import SysfsError, discover
 from ..nri.stub import Stub, serve
 from . import checkpoint, logs
 from .cri_client import CRIClient

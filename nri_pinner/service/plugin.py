@@ -15,9 +15,9 @@ import structlog
 
 from ..config import Settings
 from ..engine.admission import AdmissionRequest
+from ..engine.cpumanager.state import Assignment
+from ..engine.cpumanager.static_policy import QoS, guaranteed_cpus
 from ..engine.cpuset import CPUSet, CPUSetError
-from ..engine.state import Assignment
-from ..engine.static_policy import QoS, guaranteed_cpus
 from ..nri.gen import api_pb2 as api
 from . import checkpoint
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri

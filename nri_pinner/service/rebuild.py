@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engine.admission import AdmissionRequest, Engine
+from ..engine.cpumanager.state import Assignment, EngineState
+from ..engine.cpumanager.static_policy import QoS, guaranteed_cpus
 from ..engine.cpuset import EMPTY, CPUSet, CPUSetError
-from ..engine.state import Assignment, EngineState
-from ..engine.static_policy import QoS, guaranteed_cpus
 from ..nri.gen import api_pb2 as api
 from .intent import GUARANTEED, UNMANAGED, ContainerIntent, IntentError, intent_from_nri
 from .tracker import Tracked

@@ -23,7 +23,7 @@ import structlog
 from ..config import Settings
 from ..engine.admission import AdmissionRequest, Engine
 from ..engine.cpuset import CPUSet, CPUSetError
-from ..engine.sysfs import discover
+from ..engine.topology.sysfs import discover
 from ..nri.stub import Stub
 from .cgroups import CgroupError, read_cpus
 from .cri_client import CRIClient

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.admission import Decision, Engine
+from ..engine.cpumanager.state import Assignment, EngineState
 from ..engine.cpuset import CPUSet
-from ..engine.state import Assignment, EngineState
 from .intent import ContainerIntent
 
 

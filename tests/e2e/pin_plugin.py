@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-LOGGER_MODULE = "nri_pinner.nri.examples.logger"
-PIN_MODULE = "nri_pinner.nri.examples.pin_fixed"
+LOGGER_MODULE = "examples.logger"
+PIN_MODULE = "examples.pin_fixed"
 
 Event = dict[str, Any]
 

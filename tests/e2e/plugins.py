@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .host_cleanup import record_pid
+from .pin_plugin import REPO
 
 if TYPE_CHECKING:
     from .harness import PrivateContainerd
@@ -58,7 +59,8 @@ class PluginProcess:
         since = runtime.log_offset()
         full_env = {**os.environ, "NRI_SOCKET_PATH": str(runtime.nri_socket), **(env or {})}
         with log_path.open("wb") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+            # cwd: the example plugins live in the checkout's examples/ folder, not in the installed package
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=REPO)
         record_pid(runtime.plugin_pids_record, proc.pid)  # a crashed run's plugins get killed next start
         return cls(runtime, proc, log_path, since)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from nri_pinner.engine.topology import CPUInfo, Topology
+from nri_pinner.engine.topology.model import CPUInfo, Topology
 
 # cpu -> (socket, core, numa, l3)
 Shape = Callable[[int], tuple[int, int, int, int]]

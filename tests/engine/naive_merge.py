@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.engine.topology import Topology
+from nri_pinner.engine.topology.model import Topology
 
 Hint = tuple[int | None, bool]
 ProviderHints = Mapping[str, Sequence[Hint] | None] | None

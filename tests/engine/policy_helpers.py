@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from nri_pinner.engine.cpumanager.state import EngineState
+from nri_pinner.engine.cpumanager.static_policy import QoS, StaticPolicy, StaticPolicyOptions, reserved_by_count
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.engine.state import EngineState
-from nri_pinner.engine.static_policy import QoS, StaticPolicy, StaticPolicyOptions, reserved_by_count
-from nri_pinner.engine.topology import Topology
+from nri_pinner.engine.topology.model import Topology
 
 S = CPUSet.parse
 G = QoS.GUARANTEED

@@ -14,11 +14,11 @@ import pytest
 
 from nri_pinner.config import from_mapping
 from nri_pinner.engine.admission import AdmissionRequest, Decision, Engine
+from nri_pinner.engine.cpumanager.state import EngineState
 from nri_pinner.engine.cpuset import EMPTY, CPUSet
 from nri_pinner.engine.errors import PolicyOptionError
-from nri_pinner.engine.hints import mask_of, parse_static_hints
-from nri_pinner.engine.state import EngineState
-from nri_pinner.engine.topology import CPUInfo, Topology
+from nri_pinner.engine.topology.model import CPUInfo, Topology
+from nri_pinner.engine.topologymanager.hints import mask_of, parse_static_hints
 
 TM_POLICIES = ["none", "best-effort", "restricted", "single-numa-node"]
 ALIGNING = ["best-effort", "restricted", "single-numa-node"]

@@ -23,11 +23,11 @@ from naive_merge import ProviderHints, naive_cpu_hints, naive_merge
 
 from nri_pinner.config import from_mapping
 from nri_pinner.engine.admission import AdmissionRequest, Decision, Engine
+from nri_pinner.engine.cpumanager.state import Assignment, EngineState
 from nri_pinner.engine.cpuset import EMPTY, CPUSet
 from nri_pinner.engine.errors import AdmissionError
-from nri_pinner.engine.hints import TopologyHint
-from nri_pinner.engine.state import Assignment, EngineState
-from nri_pinner.engine.topology import Topology
+from nri_pinner.engine.topology.model import Topology
+from nri_pinner.engine.topologymanager.hints import TopologyHint
 
 TM_POLICIES = ["none", "best-effort", "restricted", "single-numa-node"]
 CPU_OPTIONS = ["full-pcpus-only", "distribute-cpus-across-numa", "align-by-socket", "strict-cpu-reservation"]

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import kube_topologies as kt
 import pytest
 
-from nri_pinner.engine.allocator import (
+from nri_pinner.engine.cpumanager.allocator import (
     _Accumulator,
     take_by_topology,
     take_by_topology_numa_distributed,
@@ -15,10 +15,10 @@ from nri_pinner.engine.allocator import (
     take_by_topology_spread,
     take_by_topology_uncore,
 )
-from nri_pinner.engine.allocator_index import index_for
+from nri_pinner.engine.cpumanager.index import index_for
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.errors import InsufficientCPUs
-from nri_pinner.engine.topology import Topology
+from nri_pinner.engine.topology.model import Topology
 
 S = CPUSet.parse
 TopoFn = Callable[[], Topology]

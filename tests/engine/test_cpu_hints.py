@@ -6,9 +6,9 @@ import kube_topologies as kt
 import pytest
 from naive_merge import naive_cpu_hints
 
-from nri_pinner.engine.cpu_hints import CPUHintProvider, CPUTopologyHints, cpu_topology_hints
 from nri_pinner.engine.cpuset import EMPTY, CPUSet
-from nri_pinner.engine.hints import HintRequest, TopologyHint, mask_of
+from nri_pinner.engine.topologymanager.cpu_hints import CPUHintProvider, CPUTopologyHints, cpu_topology_hints
+from nri_pinner.engine.topologymanager.hints import HintRequest, TopologyHint, mask_of
 
 T, F = True, False
 

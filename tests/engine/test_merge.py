@@ -14,7 +14,7 @@ import pytest
 from naive_merge import naive_merge
 
 from nri_pinner.engine.errors import TopologyAffinityError
-from nri_pinner.engine.hints import (
+from nri_pinner.engine.topologymanager.hints import (
     HintRequest,
     ResourceHints,
     StaticHintProvider,
@@ -26,7 +26,7 @@ from nri_pinner.engine.hints import (
     nodes_of,
     parse_static_hints,
 )
-from nri_pinner.engine.merge import (
+from nri_pinner.engine.topologymanager.merge import (
     MergeResult,
     Policy,
     TopologyManager,

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from naive_merge import Hint, ProviderHints, naive_cpu_hints, naive_merge
 
-from nri_pinner.engine.cpu_hints import cpu_topology_hints
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.engine.hints import ResourceHints, TopologyHint
-from nri_pinner.engine.merge import Policy, TopologyManager, merge
-from nri_pinner.engine.topology import Topology
+from nri_pinner.engine.topology.model import Topology
+from nri_pinner.engine.topologymanager.cpu_hints import cpu_topology_hints
+from nri_pinner.engine.topologymanager.hints import ResourceHints, TopologyHint
+from nri_pinner.engine.topologymanager.merge import Policy, TopologyManager, merge
 
 POLICIES = [p.value for p in Policy]
 Distances = dict[tuple[int, int], int]

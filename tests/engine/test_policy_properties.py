@@ -10,11 +10,11 @@ import kube_topologies as kt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nri_pinner.engine.cpumanager.state import EngineState
+from nri_pinner.engine.cpumanager.static_policy import QoS, StaticPolicy, StaticPolicyOptions, reserved_by_count
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.errors import AdmissionError
-from nri_pinner.engine.state import EngineState
-from nri_pinner.engine.static_policy import QoS, StaticPolicy, StaticPolicyOptions, reserved_by_count
-from nri_pinner.engine.topology import Topology
+from nri_pinner.engine.topology.model import Topology
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import pytest
 from nri_pinner.cli import main
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.cpuset import EMPTY, CPUSet
-from nri_pinner.engine.simulate import load_engine
+from nri_pinner.simulate import load_engine
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

@@ -9,9 +9,9 @@ import kube_topologies as kt
 import pytest
 from policy_helpers import S, alloc, policy
 
-from nri_pinner.engine.state import EngineState
-from nri_pinner.engine.static_policy import StaticPolicyOptions
-from nri_pinner.engine.topology import Topology
+from nri_pinner.engine.cpumanager.state import EngineState
+from nri_pinner.engine.cpumanager.static_policy import StaticPolicyOptions
+from nri_pinner.engine.topology.model import Topology
 
 # TestStaticPolicyAddWithUncoreAlignment, restated from AIAgentSandox/kubernetes
 # pkg/kubelet/cm/cpumanager/policy_static_test.go @ 15881fb5ec2a5818d9a3b0c9fafd4e1129495240

@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.engine.sysfs import SysfsError, discover, discover_with_warnings
-from nri_pinner.engine.topology import Topology
+from nri_pinner.engine.topology.model import Topology
+from nri_pinner.engine.topology.sysfs import SysfsError, discover, discover_with_warnings
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
@@ -334,7 +334,7 @@ def test_core_id_contradicting_sibling_lists_follows_the_lists(tree: Path) -> No
 
 def test_discover_logs_the_warnings(tree: Path, caplog: pytest.LogCaptureFixture) -> None:
     shutil.rmtree(sysdir(tree) / "node")
-    with caplog.at_level(logging.WARNING, logger="nri_pinner.engine.sysfs"):
+    with caplog.at_level(logging.WARNING, logger="nri_pinner.engine.topology.sysfs"):
         topo = discover(tree)
     assert topo.numa_nodes == [0]
     assert len(caplog.records) == 1 and "NUMA" in caplog.records[0].getMessage()

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.engine.sysfs import discover
-from nri_pinner.engine.topology import CPUInfo, Topology, TopologyError
-from nri_pinner.engine.topology_view import ISOLATED_MARK, OFFLINE_MARK, UNOWNED, render_topology
+from nri_pinner.engine.topology.model import CPUInfo, Topology, TopologyError
+from nri_pinner.engine.topology.sysfs import discover
+from nri_pinner.engine.topology.view import ISOLATED_MARK, OFFLINE_MARK, UNOWNED, render_topology
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "sysfs"
 ALL_FIXTURES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())

@@ -16,7 +16,10 @@ import pytest
 import vectors as v
 
 from nri_pinner.nri import codec
-from nri_pinner.nri.fake_runtime import (
+from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.nri.stub import Stub
+from nri_pinner.nri.stub_wire import UNIMPLEMENTED, TtrpcStatusError
+from testkit.fake_runtime import (
     CONTAINERD_1_7_24,
     CONTAINERD_2_1_9,
     CONTAINERD_2_3_0,
@@ -27,9 +30,6 @@ from nri_pinner.nri.fake_runtime import (
     encode_like_go_v061,
     running_stub,
 )
-from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub import Stub
-from nri_pinner.nri.stub_wire import UNIMPLEMENTED, TtrpcStatusError
 
 # containerd 1.7.24 as in the vector: runtime_version "v1.7.24", no timeouts, default 2 s request timeout.
 VECTOR_RUNTIME = replace(CONTAINERD_1_7_24, runtime_version="v1.7.24")

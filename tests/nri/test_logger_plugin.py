@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
-from nri_pinner.nri.examples.logger import EventLogger
-from nri_pinner.nri.fake_runtime import (
+from examples.logger import EventLogger
+from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.nri.stub import Stub
+from testkit.fake_runtime import (
     CONTAINERD_1_7_24,
     CONTAINERD_2_3_0,
     FakeRuntime,
@@ -25,8 +27,6 @@ from nri_pinner.nri.fake_runtime import (
     RuntimeProfile,
     running_stub,
 )
-from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub import Stub
 
 STARTUP_TIMEOUT = 30.0
 # argv: FD PROGRAM ARGS...; makes FD the child's fd 3 (as containerd's ExtraFiles[0]) and execs PROGRAM.
@@ -38,6 +38,8 @@ MOVE_TO_FD3_AND_EXEC = (
     "    os.close(fd)\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"
 )  # a cold interpreter on a busy 2-CPU machine
+
+REPO = Path(__file__).resolve().parents[2]  # examples/ is a top-level folder, not installed
 
 
 @pytest.fixture
@@ -98,8 +100,8 @@ async def test_runs_as_external_plugin_process(workdir: Path) -> None:
     async with FakeRuntime(CONTAINERD_2_3_0) as runtime:
         await runtime.listen(path)
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "nri_pinner.nri.examples.logger", "--socket", path, "--log", str(log),
-            "--idx", "51", stderr=asyncio.subprocess.PIPE,
+            sys.executable, "-m", "examples.logger", "--socket", path, "--log", str(log),
+            "--idx", "51", stderr=asyncio.subprocess.PIPE, cwd=REPO,
         )
         try:
             conn = await runtime.wait_ready(STARTUP_TIMEOUT)
@@ -121,9 +123,9 @@ async def test_runs_as_preinstalled_plugin_with_only_nri_env(workdir: Path) -> N
         # Like containerd: fd 3 is the socket, the environment holds only the three NRI variables.
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-c", MOVE_TO_FD3_AND_EXEC, str(fd),
-            sys.executable, "-m", "nri_pinner.nri.examples.logger", "--log", str(log),
+            sys.executable, "-m", "examples.logger", "--log", str(log),
             env={"NRI_PLUGIN_NAME": "prelog", "NRI_PLUGIN_IDX": "60", "NRI_PLUGIN_SOCKET": "3"},
-            pass_fds=(fd,), stderr=asyncio.subprocess.PIPE,
+            pass_fds=(fd,), stderr=asyncio.subprocess.PIPE, cwd=REPO,
         )
         plugin_end.close()
         conn = await runtime.wait_ready(STARTUP_TIMEOUT)

@@ -21,7 +21,10 @@ from stub_test_helpers import (
 )
 
 from nri_pinner.nri import codec
-from nri_pinner.nri.fake_runtime import (
+from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.nri.stub import PluginConnectionLost, Stub
+from nri_pinner.nri.stub_wire import UNIMPLEMENTED, TtrpcStatusError
+from testkit.fake_runtime import (
     CONTAINERD_1_7_24,
     CONTAINERD_2_1_9,
     CONTAINERD_2_3_0,
@@ -29,9 +32,6 @@ from nri_pinner.nri.fake_runtime import (
     FakeRuntime,
     running_stub,
 )
-from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub import PluginConnectionLost, Stub
-from nri_pinner.nri.stub_wire import UNIMPLEMENTED, TtrpcStatusError
 
 
 async def test_v061_registration_configure_and_single_sync(sock_path: str) -> None:

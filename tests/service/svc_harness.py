@@ -19,12 +19,12 @@ from typing import Any
 from nri_pinner.config import Settings, from_mapping
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.engine.sysfs import discover
-from nri_pinner.engine.topology import Topology
-from nri_pinner.nri.fake_runtime import CONTAINERD_1_7_24, FakeRuntime, PluginConnection, RuntimeProfile, running_stub
+from nri_pinner.engine.topology.model import Topology
+from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.service import checkpoint
 from nri_pinner.service.app import Service
+from testkit.fake_runtime import CONTAINERD_1_7_24, FakeRuntime, PluginConnection, RuntimeProfile, running_stub
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sysfs"

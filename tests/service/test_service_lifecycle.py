@@ -22,10 +22,10 @@ from svc_harness import (
 )
 
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.nri.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_3_0, RuntimeProfile
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import TtrpcStatusError
 from nri_pinner.service.app import Service
+from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_3_0, RuntimeProfile
 
 
 def metric(svc: Service, name: str, labels: dict[str, str] | None = None) -> float:

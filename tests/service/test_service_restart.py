@@ -26,9 +26,9 @@ from svc_harness import (
 
 from nri_pinner.config import Settings
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.engine.sysfs import discover
-from nri_pinner.nri.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9
+from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
+from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9
 
 GOLD, BURST = pod("gold"), pod("burst", "burstable")
 

@@ -32,8 +32,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cpuset import EMPTY, CPUSet, CPUSetError
-from .topology import CPUInfo, Topology, TopologyError
+from ..cpuset import EMPTY, CPUSet, CPUSetError
+from .model import CPUInfo, Topology, TopologyError
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cpuset import EMPTY, CPUSet
+from ..cpuset import EMPTY, CPUSet
 
 STATE_VERSION = 1
 

@@ -43,10 +43,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from ..errors import TopologyAffinityError
+from ..topology.model import Topology
 from .cpu_hints import CPUTopologyHints
-from .errors import TopologyAffinityError
 from .hints import HintProvider, HintRequest, ResourceHints, TopologyHint, format_mask, mask_of, nodes_of
-from .topology import Topology
 
 
 class Policy(StrEnum):

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .allocator_index import TopologyIndex, index_for
-from .cpuset import CPUSet
-from .errors import InsufficientCPUs
-from .topology import Topology
+from ..cpuset import CPUSet
+from ..errors import InsufficientCPUs
+from ..topology.model import Topology
+from .index import TopologyIndex, index_for
 
 
 class _Accumulator:
@@ -253,7 +253,7 @@ def take_by_topology_numa_distributed(
     Falls back to the packed allocation when N is not a multiple of the group size or
     no NUMA combination balances, exactly as the kubelet does.
     """
-    from .allocator_distributed import distributed_mask  # local: the two modules call each other
+    from .distributed import distributed_mask  # local: the two modules call each other
 
     if cpu_group_size < 1:
         raise ValueError(f"cpu_group_size must be at least 1, got {cpu_group_size}")

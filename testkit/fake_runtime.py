@@ -30,9 +30,9 @@ from types import TracebackType
 from typing import Any
 
 from nri_pinner.nri import codec, versions
-from nri_pinner.nri.fake_runtime_conn import PluginConnection, PluginDropped, RuntimeProfile
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import KvLogger, TtrpcPeer
+from testkit.fake_runtime_conn import PluginConnection, PluginDropped, RuntimeProfile
 
 __all__ = [
     "CONTAINERD_1_7_24",
@@ -112,7 +112,7 @@ class FakeRuntime:
             forbid_unsolicited_updates = not versions.safe_unsolicited_updates(announced)
         self.forbid_unsolicited_updates = forbid_unsolicited_updates
         self.failing_update_ids = frozenset(failing_update_ids)
-        self.log = KvLogger(logger, "nri_pinner.nri.fake_runtime")
+        self.log = KvLogger(logger, "testkit.fake_runtime")
         self.plugins: list[PluginConnection] = []
         self._handshakes: asyncio.Queue[PluginConnection] = asyncio.Queue()
         self._server: asyncio.Server | None = None

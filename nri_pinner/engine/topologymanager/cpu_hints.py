@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import overload
 
-from .cpuset import EMPTY, CPUSet
+from ..cpuset import EMPTY, CPUSet
+from ..topology.model import Topology
 from .hints import HintRequest, ResourceHints, TopologyHint, nodes_of
-from .topology import Topology
 
 
 class CPUTopologyHints(Sequence[TopologyHint]):

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .cpuset import EMPTY, CPUSet
+from ..cpuset import EMPTY, CPUSet
 
 # -- masks ---------------------------------------------------------------
 

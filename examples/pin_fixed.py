@@ -1,6 +1,6 @@
 """Example NRI plugin: pins every new container to a fixed cpuset, optionally moving the others.
 
-    python -m nri_pinner.nri.examples.pin_fixed --socket /var/run/nri/nri.sock --cpus 1 --others 0 \\
+    python -m examples.pin_fixed --socket /var/run/nri/nri.sock --cpus 1 --others 0 \\
         --log /tmp/pin-fixed.jsonl
 
 In CreateContainer it answers with a ``linux.resources.cpu.cpus`` adjustment (``--cpus``) and, with
@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from nri_pinner.nri.examples.cli import run_example
+from examples.cli import run_example
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub import DEFAULT_SOCKET_PATH, Stub, StubStats, serve
 
@@ -97,7 +97,7 @@ class FixedPinner:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m nri_pinner.nri.examples.pin_fixed", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m examples.pin_fixed", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--socket", help=f"NRI socket of the runtime (default {DEFAULT_SOCKET_PATH}, or the "
                         "inherited NRI_PLUGIN_SOCKET fd when that is set)")
@@ -111,7 +111,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 async def run(args: argparse.Namespace, out: TextIO) -> int:
-    log = logging.getLogger("nri_pinner.nri.examples.pin_fixed")
+    log = logging.getLogger("examples.pin_fixed")
     plugin = FixedPinner(out, args.cpus, args.others)
     try:
         stub = Stub(plugin, name=args.name, idx=args.idx, socket_path=args.socket)

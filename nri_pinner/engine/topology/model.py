@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cpuset import EMPTY, CPUSet
+from ..cpuset import EMPTY, CPUSet
 
 
 class TopologyError(ValueError):

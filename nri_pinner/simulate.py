@@ -13,13 +13,13 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
-from ..config import ConfigError, from_mapping
-from .admission import AdmissionRequest, Engine
-from .errors import EngineError
-from .hints import parse_static_hints
-from .state import EngineState
-from .sysfs import SysfsError, discover
-from .topology import Topology, TopologyError
+from .config import ConfigError, from_mapping
+from .engine.admission import AdmissionRequest, Engine
+from .engine.cpumanager.state import EngineState
+from .engine.errors import EngineError
+from .engine.topology.model import Topology, TopologyError
+from .engine.topology.sysfs import SysfsError, discover
+from .engine.topologymanager.hints import parse_static_hints
 
 CREATE_KEYS = {"op", "pod", "container", "qos", "cpu_request_milli", "cpu_limit_milli", "init", "restartable",
                "hints", "pod_exclusive_cpus"}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .cpuset import CPUSet
-from .topology import Topology
+from ..cpuset import CPUSet
+from .model import Topology
 
 ISOLATED_MARK = "(iso)"
 OFFLINE_MARK = "(off)"

@@ -25,12 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from ..cpuset import EMPTY, CPUSet
+from ..errors import InsufficientCPUs, PolicyOptionError, SMTAlignmentError
+from ..topology.model import Topology
 from .allocator import take_by_topology
-from .allocator_index import index_for
-from .cpuset import EMPTY, CPUSet
-from .errors import InsufficientCPUs, PolicyOptionError, SMTAlignmentError
+from .index import index_for
 from .state import Assignment, EngineState
-from .topology import Topology
 
 OPTION_NAMES = {
     "full-pcpus-only": "full_pcpus_only",

@@ -1,6 +1,6 @@
 """Example NRI plugin: logs every event it receives as one JSON object per line.
 
-    python -m nri_pinner.nri.examples.logger --socket /var/run/nri/nri.sock --log /tmp/nri-events.jsonl
+    python -m examples.logger --socket /var/run/nri/nri.sock --log /tmp/nri-events.jsonl
 
 Pre-installed (launched by the runtime from ``plugin_path/NN-name``): the runtime passes only
 NRI_PLUGIN_NAME, NRI_PLUGIN_IDX and NRI_PLUGIN_SOCKET, no arguments and no stdout/stderr, so launch it
@@ -25,7 +25,7 @@ from typing import Any, TextIO
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
-from nri_pinner.nri.examples.cli import run_example
+from examples.cli import run_example
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub import DEFAULT_SOCKET_PATH, Stub, serve
 from nri_pinner.nri.stub_handlers import STATE_EVENTS
@@ -85,7 +85,7 @@ class EventLogger:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m nri_pinner.nri.examples.logger", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m examples.logger", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--socket", help=f"NRI socket of the runtime (default {DEFAULT_SOCKET_PATH}, or the "
                         "inherited NRI_PLUGIN_SOCKET fd when that is set)")
@@ -103,7 +103,7 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
         stub = Stub(EventLogger(out), name=args.name, idx=args.idx, socket_path=args.socket,
                     budget_margin=args.request_timeout_margin)
     except ValueError as exc:
-        logging.getLogger("nri_pinner.nri.examples.logger").error("invalid setup: %s", exc)
+        logging.getLogger("examples.logger").error("invalid setup: %s", exc)
         return 2
     return await serve(stub)
 

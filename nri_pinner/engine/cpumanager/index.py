@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .topology import Topology
+from ..topology.model import Topology
 
 _CACHE_ATTR = "_nri_pinner_allocator_index"
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from itertools import combinations
 
+from ..errors import InsufficientCPUs
 from .allocator import _Accumulator, _packed_mask
-from .allocator_index import TopologyIndex
-from .errors import InsufficientCPUs
+from .index import TopologyIndex
 
 
 def _go_round3(x: float) -> float:
