@@ -8,7 +8,6 @@ import kube_topologies as kt
 import pytest
 
 from nri_pinner.engine.cpumanager.allocator import (
-    _Accumulator,
     take_by_topology,
     take_by_topology_numa_distributed,
     take_by_topology_numa_packed,
@@ -16,6 +15,7 @@ from nri_pinner.engine.cpumanager.allocator import (
     take_by_topology_uncore,
 )
 from nri_pinner.engine.cpumanager.index import index_for
+from nri_pinner.engine.cpumanager.packed import Accumulator
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.errors import InsufficientCPUs
 from nri_pinner.engine.topology.model import Topology
@@ -266,11 +266,11 @@ def test_distributed_option_dispatch_uses_core_size_as_group() -> None:
 
 
 # --- the accumulator's orders (TestCPUAccumulatorFree*) --------------------------------------------
-def _acc(topo: Topology, avail: str) -> _Accumulator:
-    return _Accumulator(index_for(topo), S(avail).mask, 0)
+def _acc(topo: Topology, avail: str) -> Accumulator:
+    return Accumulator(index_for(topo), S(avail).mask, 0)
 
 
-def _free(acc: _Accumulator, ids: list[int], masks: dict[int, int], size: Callable[[int], int]) -> list[int]:
+def _free(acc: Accumulator, ids: list[int], masks: dict[int, int], size: Callable[[int], int]) -> list[int]:
     return [i for i in ids if (masks[i] & acc.free).bit_count() == size(i)]
 
 

@@ -13,8 +13,8 @@ import math
 from itertools import combinations
 
 from ..errors import InsufficientCPUs
-from .allocator import _Accumulator, _packed_mask
 from .index import TopologyIndex
+from .packed import Accumulator, packed_mask
 
 
 def _go_round3(x: float) -> float:
@@ -80,8 +80,8 @@ def _best_for_combo(
 
 def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: bool) -> int:
     if n % group:
-        return _packed_mask(idx, free, n, spread, False)
-    acc = _Accumulator(idx, free, n)
+        return packed_mask(idx, free, n, spread, False)
+    acc = Accumulator(idx, free, n)
     if acc.satisfied():
         return 0
     numas = acc.sorted_numas()
@@ -109,7 +109,7 @@ def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: 
             continue
         distribution = (n // len(best_combo) // group) * group
         for numa in best_combo:
-            acc.take(_packed_mask(idx, idx.numa_mask[numa] & acc.free, distribution, spread, False))
+            acc.take(packed_mask(idx, idx.numa_mask[numa] & acc.free, distribution, spread, False))
         remainder = n - distribution * len(best_combo)
         while remainder > 0:
             progressed = False
@@ -119,7 +119,7 @@ def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: 
                 in_numa = idx.numa_mask[numa] & acc.free
                 if in_numa.bit_count() < group:
                     continue
-                acc.take(_packed_mask(idx, in_numa, group, spread, False))
+                acc.take(packed_mask(idx, in_numa, group, spread, False))
                 remainder -= group
                 progressed = True
             if not progressed:
@@ -129,4 +129,4 @@ def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: 
                 n, free.bit_count(), f"accounting error, not enough CPUs allocated, remaining: {acc.needed}"
             )
         return acc.result
-    return _packed_mask(idx, free, n, spread, False)
+    return packed_mask(idx, free, n, spread, False)
