@@ -17,6 +17,7 @@ from .config import ConfigError, from_mapping
 from .engine.admission import AdmissionRequest, Engine
 from .engine.cpumanager.state import EngineState
 from .engine.errors import EngineError
+from .engine.qos import QoS
 from .engine.topology.model import Topology, TopologyError
 from .engine.topology.sysfs import SysfsError, discover
 from .engine.topologymanager.hints import parse_static_hints
@@ -71,7 +72,7 @@ def _request(op: Mapping[str, Any], where: str) -> AdmissionRequest:
         hints = parse_static_hints(op.get("hints", {}))
         return AdmissionRequest(
             pod=_str(op, "pod", where), container=_str(op, "container", where),
-            qos=str(op.get("qos", "besteffort")).lower().replace("-", ""),
+            qos=str(op.get("qos", QoS.BEST_EFFORT)),
             cpu_request_milli=_int(op, "cpu_request_milli", where), cpu_limit_milli=_int(op, "cpu_limit_milli", where),
             init=_bool(op, "init", where), restartable=_bool(op, "restartable", where),
             hints=hints, pod_exclusive_cpus=_optional_int(op, "pod_exclusive_cpus", where),

@@ -12,24 +12,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
+from .cpumanager.options import StaticPolicyOptions
 from .cpumanager.state import EngineState
-from .cpumanager.static_policy import QoS, StaticPolicy, StaticPolicyOptions, guaranteed_cpus, reserved_by_count
+from .cpumanager.static_policy import StaticPolicy, guaranteed_cpus, reserved_by_count
 from .cpuset import EMPTY, CPUSet
 from .errors import AdmissionError
+from .qos import QoS
 from .topology.model import Topology
 from .topologymanager.cpu_hints import CPUHintProvider
 from .topologymanager.hints import HintProvider, HintRequest, ResourceHints, StaticHintProvider, TopologyHint, nodes_of
 from .topologymanager.merge import MergeResult, Policy, TopologyManager, merge_container, merge_pod
-
-_QOS = {"guaranteed": QoS.GUARANTEED, "burstable": QoS.BURSTABLE, "besteffort": QoS.BEST_EFFORT,
-        "unmanaged": QoS.BEST_EFFORT}
 
 
 @dataclass(frozen=True)
 class AdmissionRequest:
     pod: str
     container: str
-    qos: str  # guaranteed | burstable | besteffort | unmanaged (not a kubelet pod: shared pool)
+    qos: QoS | str  # any spelling QoS.parse accepts; stored as QoS
     cpu_request_milli: int = 0
     cpu_limit_milli: int = 0
     init: bool = False
@@ -38,8 +37,7 @@ class AdmissionRequest:
     pod_exclusive_cpus: int | None = None  # pod scope: the pod's total; default: this container's
 
     def __post_init__(self) -> None:
-        if self.qos not in _QOS:
-            raise ValueError(f"unknown QoS {self.qos!r}; expected one of {', '.join(_QOS)}")
+        object.__setattr__(self, "qos", QoS.parse(self.qos))
 
 
 @dataclass(frozen=True)
@@ -99,7 +97,7 @@ class Engine:
 
     # -- admission -------------------------------------------------------------------------------
     def admit(self, state: EngineState, req: AdmissionRequest) -> tuple[EngineState, Decision]:
-        qos = _QOS[req.qos]
+        qos = QoS.parse(req.qos)
         n = guaranteed_cpus(qos, req.cpu_request_milli, req.cpu_limit_milli)
         merged = self._merge(state, req, n)
         if merged is not None and not merged.admit:

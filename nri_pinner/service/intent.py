@@ -20,7 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-GUARANTEED, BURSTABLE, BESTEFFORT, UNMANAGED = "guaranteed", "burstable", "besteffort", "unmanaged"
+from ..engine.qos import QoS
+
+GUARANTEED, BURSTABLE, BESTEFFORT, UNMANAGED = QoS.GUARANTEED, QoS.BURSTABLE, QoS.BEST_EFFORT, QoS.UNMANAGED
 
 ANNOTATION_PREFIX = "nri-pinner.io/"
 CPU_ANNOTATION = ANNOTATION_PREFIX + "cpu."  # + container name: "<request>[/<limit>]", e.g. "2" or "500m/1"
@@ -45,7 +47,7 @@ class ContainerIntent:
     namespace: str
     container: str
     container_id: str
-    qos: str
+    qos: QoS
     request_milli: int
     limit_milli: int
     init: bool = False
@@ -69,7 +71,7 @@ def quota_to_milli(quota: int, period: int) -> int:
     return (quota * 1000 + period // 2) // period
 
 
-def qos_from_cgroup_parent(parent: str) -> str:
+def qos_from_cgroup_parent(parent: str) -> QoS:
     parts = [p for p in re.split(r"[/]", parent.lower()) if p]
     if not any(p.startswith("kubepods") for p in parts):
         return UNMANAGED

@@ -16,8 +16,9 @@ import structlog
 from ..config import Settings
 from ..engine.admission import AdmissionRequest
 from ..engine.cpumanager.state import Assignment
-from ..engine.cpumanager.static_policy import QoS, guaranteed_cpus
+from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import CPUSet, CPUSetError
+from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
 from . import checkpoint
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
@@ -168,7 +169,7 @@ class PinnerPlugin:
                 if self.settings.nri.on_reject == "fail":
                     raise AdmissionRefused(f"nri-pinner: {decision.reason}: {decision.message}")
                 self.metrics.fail_open.labels("rejected").inc()
-                state, decision = tr.engine.admit(tr.state, replace(request, qos="besteffort"))
+                state, decision = tr.engine.admit(tr.state, replace(request, qos=QoS.BEST_EFFORT))
                 outcome = "fail-open"
             tr.state = state
             for old in [t for t in tr.containers.values() if t.key == (intent.pod_key, intent.container)]:
@@ -215,7 +216,7 @@ class PinnerPlugin:
                         del tr.containers[t.container_id]
                         log.warning("late decision undone; the create had failed", container=t.key[1])
                     else:
-                        shared = AdmissionRequest(t.key[0], t.key[1], "besteffort")
+                        shared = AdmissionRequest(t.key[0], t.key[1], QoS.BEST_EFFORT)
                         tr.state, _ = tr.engine.admit(tr.state, shared)
                         log.warning("late decision undone; container stays on the shared pool",
                                     container=t.key[1])

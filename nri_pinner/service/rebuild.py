@@ -13,8 +13,9 @@ from typing import Any
 
 from ..engine.admission import AdmissionRequest, Engine
 from ..engine.cpumanager.state import Assignment, EngineState
-from ..engine.cpumanager.static_policy import QoS, guaranteed_cpus
+from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import EMPTY, CPUSet, CPUSetError
+from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
 from .intent import GUARANTEED, UNMANAGED, ContainerIntent, IntentError, intent_from_nri
 from .tracker import Tracked
@@ -105,7 +106,7 @@ def _place(engine: Engine, state: EngineState, intent: ContainerIntent, n: int, 
             repairs.append(f"{who}: re-admitted on exclusive CPUs {decision.cpus} (was {actual or 'unpinned'})")
         return new_state
     repairs.append(f"{who}: cannot be re-pinned ({decision.reason}: {decision.message}); it stays on the shared pool")
-    new_state, _ = engine.admit(state, replace(request, qos="besteffort"))
+    new_state, _ = engine.admit(state, replace(request, qos=QoS.BEST_EFFORT))
     return new_state
 
 

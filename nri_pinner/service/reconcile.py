@@ -23,6 +23,7 @@ import structlog
 from ..config import Settings
 from ..engine.admission import AdmissionRequest, Engine
 from ..engine.cpuset import CPUSet, CPUSetError
+from ..engine.qos import QoS
 from ..engine.topology.sysfs import discover
 from ..nri.stub import Stub
 from .cgroups import CgroupError, read_cpus
@@ -142,7 +143,7 @@ class Reconciler:
             # Guaranteed containers that lost every CPU went to the shared pool: pin them again if they fit now
             for t in tr.containers.values():
                 held = state.get(*t.key)
-                if t.stopped or t.intent.qos != "guaranteed" or (held is not None and held.exclusive):
+                if t.stopped or t.intent.qos is not QoS.GUARANTEED or (held is not None and held.exclusive):
                     continue
                 request = AdmissionRequest(t.key[0], t.key[1], t.intent.qos, t.intent.request_milli,
                                            t.intent.limit_milli, init=t.intent.init, restartable=t.intent.restartable)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from nri_pinner.engine.cpumanager.options import StaticPolicyOptions
 from nri_pinner.engine.cpumanager.state import EngineState
-from nri_pinner.engine.cpumanager.static_policy import QoS, StaticPolicy, StaticPolicyOptions, reserved_by_count
+from nri_pinner.engine.cpumanager.static_policy import StaticPolicy, reserved_by_count
 from nri_pinner.engine.cpuset import CPUSet
+from nri_pinner.engine.qos import QoS
 from nri_pinner.engine.topology.model import Topology
 
 S = CPUSet.parse

@@ -10,10 +10,12 @@ import kube_topologies as kt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nri_pinner.engine.cpumanager.options import StaticPolicyOptions
 from nri_pinner.engine.cpumanager.state import EngineState
-from nri_pinner.engine.cpumanager.static_policy import QoS, StaticPolicy, StaticPolicyOptions, reserved_by_count
+from nri_pinner.engine.cpumanager.static_policy import StaticPolicy, reserved_by_count
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.errors import AdmissionError
+from nri_pinner.engine.qos import QoS
 from nri_pinner.engine.topology.model import Topology
 
 

@@ -8,16 +8,12 @@ import kube_topologies as kt
 import pytest
 from policy_helpers import G, S, alloc, policy
 
+from nri_pinner.engine.cpumanager.options import StaticPolicyOptions
 from nri_pinner.engine.cpumanager.state import Assignment, EngineState
-from nri_pinner.engine.cpumanager.static_policy import (
-    QoS,
-    StaticPolicy,
-    StaticPolicyOptions,
-    guaranteed_cpus,
-    reserved_by_count,
-)
+from nri_pinner.engine.cpumanager.static_policy import StaticPolicy, guaranteed_cpus, reserved_by_count
 from nri_pinner.engine.cpuset import EMPTY
 from nri_pinner.engine.errors import InsufficientCPUs, PolicyOptionError, SMTAlignmentError
+from nri_pinner.engine.qos import QoS
 from nri_pinner.engine.topology.model import Topology
 
 FULL = StaticPolicyOptions(full_pcpus_only=True)

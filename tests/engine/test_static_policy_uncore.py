@@ -9,8 +9,8 @@ import kube_topologies as kt
 import pytest
 from policy_helpers import S, alloc, policy
 
+from nri_pinner.engine.cpumanager.options import StaticPolicyOptions
 from nri_pinner.engine.cpumanager.state import EngineState
-from nri_pinner.engine.cpumanager.static_policy import StaticPolicyOptions
 from nri_pinner.engine.topology.model import Topology
 
 # TestStaticPolicyAddWithUncoreAlignment, restated from AIAgentSandox/kubernetes

@@ -21,86 +21,16 @@ pod's) but are limited to CPUs the pod still holds, so they can never be handed 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 
 from ..cpuset import EMPTY, CPUSet
 from ..errors import InsufficientCPUs, PolicyOptionError, SMTAlignmentError
+from ..qos import QoS
 from ..topology.model import Topology
 from .allocator import take_by_topology
 from .index import index_for
+from .options import StaticPolicyOptions
 from .state import Assignment, EngineState
-
-OPTION_NAMES = {
-    "full-pcpus-only": "full_pcpus_only",
-    "distribute-cpus-across-numa": "distribute_cpus_across_numa",
-    "align-by-socket": "align_by_socket",
-    "distribute-cpus-across-cores": "distribute_cpus_across_cores",
-    "strict-cpu-reservation": "strict_cpu_reservation",
-    "prefer-align-cpus-by-uncorecache": "prefer_align_cpus_by_uncorecache",
-    "prefer-isolated-cpus": "prefer_isolated_cpus",
-}
-_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
-_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
-
-
-class QoS(StrEnum):
-    GUARANTEED = "Guaranteed"
-    BURSTABLE = "Burstable"
-    BEST_EFFORT = "BestEffort"
-
-
-@dataclass(frozen=True)
-class StaticPolicyOptions:
-    full_pcpus_only: bool = False
-    distribute_cpus_across_numa: bool = False
-    align_by_socket: bool = False
-    distribute_cpus_across_cores: bool = False
-    strict_cpu_reservation: bool = False
-    prefer_align_cpus_by_uncorecache: bool = False
-    prefer_isolated_cpus: bool = False
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, str]) -> StaticPolicyOptions:
-        """Parse kubelet-style ``cpuManagerPolicyOptions`` ({"full-pcpus-only": "true", ...})."""
-        values: dict[str, bool] = {}
-        for name, raw in options.items():
-            if name not in OPTION_NAMES:
-                raise PolicyOptionError(
-                    f"unknown CPU manager policy option {name!r} (known: {', '.join(sorted(OPTION_NAMES))})"
-                )
-            if raw not in _TRUE | _FALSE:
-                raise PolicyOptionError(f"bad value {raw!r} for policy option {name!r}: want true or false")
-            values[OPTION_NAMES[name]] = raw in _TRUE
-        return cls(**values)
-
-    def validate(self, topology: Topology, topology_policy_name: str = "none") -> None:
-        """Refuse the combinations the kubelet refuses (``PolicyOptionError``)."""
-        pairs = [
-            ("full_pcpus_only", "distribute_cpus_across_cores"),
-            ("distribute_cpus_across_numa", "distribute_cpus_across_cores"),
-            ("prefer_align_cpus_by_uncorecache", "distribute_cpus_across_cores"),
-            ("prefer_align_cpus_by_uncorecache", "distribute_cpus_across_numa"),
-        ]
-        dashed = {v: k for k, v in OPTION_NAMES.items()}
-        for a, b in pairs:
-            if getattr(self, a) and getattr(self, b):
-                raise PolicyOptionError(
-                    f"static policy options {dashed[a]} and {dashed[b]} can not be used at the same time"
-                )
-        if self.align_by_socket:
-            if topology_policy_name == "single-numa-node":
-                raise PolicyOptionError(
-                    "topology manager policy single-numa-node is incompatible with "
-                    "CPU manager policy option align-by-socket"
-                )
-            if len(topology.sockets) > len(topology.numa_nodes):
-                raise PolicyOptionError(
-                    f"align-by-socket is not compatible with hardware where sockets "
-                    f"({len(topology.sockets)}) outnumber NUMA nodes "
-                    f"({len(topology.numa_nodes)})"
-                )
 
 
 @dataclass(frozen=True)
@@ -118,7 +48,7 @@ class AllocationDecision:
 
 def guaranteed_cpus(qos: QoS | str, request_milli: int | None, limit_milli: int | None) -> int:
     """Exclusive CPU count: Guaranteed, request == limit, a positive whole number of CPUs; else 0."""
-    if QoS(qos) is not QoS.GUARANTEED or request_milli is None or request_milli != limit_milli:
+    if QoS.parse(qos) is not QoS.GUARANTEED or request_milli is None or request_milli != limit_milli:
         return 0
     if request_milli <= 0 or request_milli % 1000:
         return 0
