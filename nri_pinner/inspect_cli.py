@@ -1,4 +1,8 @@
-"""`nri-pinner status`: a table of assignments and a CPU map, from the running plugin."""
+"""`nri-pinner status`: a table of assignments and a CPU map, from the running plugin.
+
+Exit status: 0 connected to the runtime, 2 the plugin cannot be reached, 3 the plugin answers but is
+not connected to the runtime (containers are created without its cpusets meanwhile).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ import grpc
 from .config import ConfigError, load_file
 from .engine.topology.model import Topology
 from .engine.topology.view import render_topology
+
+NOT_CONNECTED = 3
 
 
 def status(socket: str | None, config_path: str, as_json: bool = False) -> int:
@@ -33,6 +39,10 @@ def status(socket: str | None, config_path: str, as_json: bool = False) -> int:
         print()
     else:
         print(render_status(doc))
+    if not doc.get("health", {}).get("connected"):
+        print("nri-pinner status: the plugin is running but not connected to the runtime's NRI socket",
+              file=sys.stderr)
+        return NOT_CONNECTED
     return 0
 
 

@@ -21,6 +21,7 @@ from . import checkpoint, logs
 from .cri_client import CRIClient
 from .inspect import start_server, status_document
 from .metrics import Metrics
+from .metrics_http import Listener
 from .plugin import PinnerPlugin
 from .reconcile import Reconciler, stop_task
 from .tracker import Tracker
@@ -56,6 +57,8 @@ class Service:
         )
         cri = CRIClient(settings.reconcile.cri_socket) if settings.reconcile.cri_socket else None
         self.reconciler = Reconciler(settings, self.tracker, self.stub, self.metrics, cri)
+        self.metrics.watch(self.stub, self.tracker)
+        self.listener: Listener | None = None
 
     def document(self) -> dict[str, object]:
         return status_document(self.tracker, self.stub, self.reconciler.repairs)
@@ -63,12 +66,15 @@ class Service:
     async def run(self) -> int:
         server = await start_server(self.settings.inspect.socket, self.document)
         if self.settings.metrics.enabled:
-            self.metrics.serve(self.settings.metrics.address, self.settings.metrics.port)
+            m = self.settings.metrics
+            self.listener = Listener(self.metrics, m.address, m.port, asyncio.get_running_loop())
         reconcile = asyncio.create_task(self.reconciler.run())
         try:
             return await serve(self.stub, structlog.get_logger("nri_pinner.nri"))
         finally:
             await stop_task(reconcile)
+            if self.listener is not None:
+                self.listener.stop()
             await server.stop(0.5)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.settings.inspect.socket)

@@ -1,16 +1,66 @@
-"""Prometheus metrics, on a private registry served by an opt-in localhost listener."""
+"""Prometheus metrics on a private registry; served with the health endpoints by `metrics_http`.
+
+Every labelled counter has its known series created at zero, so a rate() or an alert on a reason
+that has not happened yet still has a series to work on. Connection state, the runtime's identity
+and the per-NUMA pools are read at scrape time from the stub and the tracker (immutable snapshots,
+no lock taken: a scrape never delays an NRI reply).
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from .tracker import Tracker
+
+# Rejection reasons and the part of the engine (the "provider") that raises each: the CPU manager's
+# static policy, the topology manager's merge of every hint provider, or the pod's own annotations.
+REJECTIONS: dict[str, str] = {
+    "SMTAlignmentError": "cpu",
+    "InsufficientCPUs": "cpu",
+    "AdmissionError": "cpu",
+    "TopologyAffinityError": "topology",
+    "BadAnnotation": "annotations",
+}
+FAIL_OPEN_CAUSES = ("rejected", "timeout")
+LATE_METHODS = ("CreateContainer",)
+REPAIR_PATHS = ("cri", "next-reply")
+
+
+class ConnectionView(Protocol):
+    """What the metrics need from the NRI stub (nri_pinner.nri.stub.Stub)."""
+
+    @property
+    def connected(self) -> bool: ...
+
+    @property
+    def synchronized(self) -> bool: ...
+
+
+class RuntimeInfo:
+    """The runtime's identity from Configure; exported only while connected."""
+
+    def __init__(self) -> None:
+        self.labels: dict[str, str] = {}
+
+    def info(self, labels: dict[str, str]) -> None:
+        self.labels = dict(labels)
 
 
 class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        ProcessCollector(registry=r)  # process_* (CPU seconds, RSS, open fds, start time)
         self.pinning_requests = Counter("nri_pinner_pinning_requests", "Container admissions handled", registry=r)
         self.pinning_errors = Counter("nri_pinner_pinning_errors", "Admissions rejected or failed",
                                       ["reason"], registry=r)
+        self.admission_errors = Counter("nri_pinner_admission_errors", "Admissions rejected, by reason and by the "
+                                        "provider that refused", ["reason", "provider"], registry=r)
         self.fail_open = Counter("nri_pinner_fail_open", "Containers started on the shared pool instead",
                                  ["cause"], registry=r)
         self.shared_pool_cpus = Gauge("nri_pinner_shared_pool_cpus", "CPUs in the shared pool", registry=r)
@@ -23,7 +73,70 @@ class Metrics:
                                          ["path"], registry=r)
         self.late_replies = Counter("nri_pinner_late_handler_replies",
                                     "Handlers cut off at the budget (fallback answered)", ["method"], registry=r)
-        self.runtime = Info("nri_pinner_runtime", "The container runtime we are connected to", registry=r)
+        for reason, provider in REJECTIONS.items():
+            self.pinning_errors.labels(reason)
+            self.admission_errors.labels(reason, provider)
+        for cause in FAIL_OPEN_CAUSES:
+            self.fail_open.labels(cause)
+        for method in LATE_METHODS:
+            self.late_replies.labels(method)
+        for path in REPAIR_PATHS:
+            self.reconcile_repairs.labels(path)
+        self.runtime = RuntimeInfo()
+        self.stub: ConnectionView | None = None
+        self.tracker: Tracker | None = None
+        r.register(_LiveCollector(self))
 
-    def serve(self, address: str, port: int) -> None:
-        start_http_server(port, addr=address, registry=self.registry)
+    def watch(self, stub: ConnectionView, tracker: Tracker) -> None:
+        """Where connection state and pools are read from at scrape time."""
+        self.stub, self.tracker = stub, tracker
+
+    def rejected(self, reason: str) -> None:
+        """One admission refused (whatever on_reject then does with it)."""
+        self.pinning_errors.labels(reason).inc()
+        self.admission_errors.labels(reason, REJECTIONS.get(reason, "other")).inc()
+
+    @property
+    def connected(self) -> bool:
+        return self.stub is not None and self.stub.connected
+
+    @property
+    def synchronized(self) -> bool:
+        return self.stub is not None and self.stub.synchronized
+
+
+class _LiveCollector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        connected = m.connected
+        yield GaugeMetricFamily("nri_pinner_connected", "1 while connected to the runtime's NRI socket",
+                                value=int(connected))
+        yield GaugeMetricFamily("nri_pinner_synchronized", "1 once the runtime's Synchronize was applied on the "
+                                "current connection (cpusets are being managed)", value=int(m.synchronized))
+        names = ("runtime", "version", "nri_version")
+        info = GaugeMetricFamily("nri_pinner_runtime_info", "The container runtime connected to (no series while "
+                                 "disconnected)", labels=names)
+        if connected and m.runtime.labels:
+            info.add_metric([m.runtime.labels.get(k, "") for k in names], 1)
+        yield info
+        exclusive = GaugeMetricFamily("nri_pinner_numa_exclusive_cpus", "CPUs held exclusively, per NUMA node",
+                                      labels=["numa_node"])
+        shared = GaugeMetricFamily("nri_pinner_numa_shared_cpus", "CPUs of the shared pool, per NUMA node",
+                                   labels=["numa_node"])
+        total = GaugeMetricFamily("nri_pinner_numa_online_cpus", "Online CPUs, per NUMA node", labels=["numa_node"])
+        tr = m.tracker
+        if tr is not None:
+            engine, state = tr.engine, tr.state  # snapshots, read without the lock (replaced, never mutated)
+            held, pool = state.exclusive_cpus(), engine.policy.shared_pool(state) or engine.policy.reserved
+            topo = engine.topology
+            for node in topo.numa_nodes:
+                cpus = topo.numa_cpus[node] & topo.online
+                exclusive.add_metric([str(node)], len(cpus & held))
+                shared.add_metric([str(node)], len(cpus & pool))
+                total.add_metric([str(node)], len(cpus))
+        yield exclusive
+        yield shared
+        yield total

@@ -149,7 +149,7 @@ class PinnerPlugin:
         try:
             intent = intent_from_nri(req.pod, req.container)
         except IntentError as exc:
-            self.metrics.pinning_errors.labels("BadAnnotation").inc()
+            self.metrics.rejected("BadAnnotation")
             raise AdmissionRefused(f"nri-pinner: {exc}") from exc
         tr = self.tracker
         with tr.lock:
@@ -162,7 +162,7 @@ class PinnerPlugin:
             self.metrics.allocation_seconds.observe(time.perf_counter() - started)
             outcome = "admitted"
             if not decision.admitted:
-                self.metrics.pinning_errors.labels(decision.reason).inc()
+                self.metrics.rejected(decision.reason)
                 tr.record(decision, intent, "rejected")
                 log.warning("admission rejected", pod=f"{intent.namespace}/{intent.pod_name}",
                             container=intent.container, reason=decision.reason, message=decision.message)

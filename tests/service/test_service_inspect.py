@@ -92,7 +92,7 @@ async def test_metrics_after_a_scenario(workdir: Path) -> None:
     assert {"nri_pinner_reconcile_repairs", "nri_pinner_late_handler_replies", "nri_pinner_fail_open"} <= families
     assert m[("nri_pinner_pinning_requests_total", ())] == 4
     assert m[("nri_pinner_pinning_errors_total", (("reason", "SMTAlignmentError"),))] == 1
-    assert ("nri_pinner_fail_open_total", (("cause", "rejected"),)) not in m  # on_reject = "fail"
+    assert m[("nri_pinner_fail_open_total", (("cause", "rejected"),))] == 0  # on_reject = "fail"
     assert m[("nri_pinner_exclusive_cpus", ())] == len(pinned)
     assert m[("nri_pinner_shared_pool_cpus", ())] == 12 - len(pinned)
     assert m[("nri_pinner_allocation_duration_seconds_count", ())] == 4
