@@ -3,7 +3,10 @@
 #   * containerd 1.7.x from Debian trixie (system package, pinned low so nothing else comes from trixie),
 #     plus runc, busybox-static (image content) and the CRI api.proto (golang-github-kubernetes-cri-api-dev);
 #   * containerd 2.x from Debian sid, fetched with a PRIVATE apt state and unpacked into
-#     $PREFIX/containerd2 (sid is never added to the machine's sources; nothing of it is dpkg-installed).
+#     $PREFIX/containerd2 (sid is never added to the machine's sources; nothing of it is dpkg-installed);
+#   * kubectl from Debian trixie (package kubectl, what trixie's kubernetes-client depends on), unpacked
+#     into $PREFIX/kubectl for the Kubernetes manifest tests (`kubectl kustomize`; it runs on bookworm).
+#     Unpacked, not installed: a kubectl from another vendor may own /usr/bin/kubectl.
 # Idempotent: a second run only checks. Set NRI_PINNER_E2E_REFRESH=1 to re-fetch sid's containerd.
 # Needs root and a Debian bookworm machine whose apt sources are a deb822 file.
 set -euo pipefail
@@ -133,7 +136,26 @@ log "containerd 2.x: deb $(cat "$CONTAINERD2_DIR/DEB_VERSION" 2>/dev/null || ech
     "($("$CONTAINERD2_DIR/usr/bin/containerd" --version))"
 step_done "containerd 2.x"
 
-# --- 3. CRI python stubs (needs the dev venv's grpcio-tools) ------------------------------------------
+# --- 3. kubectl from trixie, unpacked ---------------------------------------------------------------
+KUBECTL_DIR="$PREFIX/kubectl"
+trixie_kubectl="$(apt-cache madison kubectl | awk -F'|' '$3 ~ / trixie\// { gsub(/ /, "", $2); print $2; exit }')"
+[[ -n $trixie_kubectl ]] || die "no kubectl in trixie's package lists (apt-get update?)"
+if [[ -x $KUBECTL_DIR/usr/bin/kubectl && "$(cat "$KUBECTL_DIR/DEB_VERSION" 2>/dev/null)" == "$trixie_kubectl" ]]; then
+    log "kubectl $trixie_kubectl already unpacked in $KUBECTL_DIR"
+else
+    rm -rf "$KUBECTL_DIR.tmp" && mkdir -p "$KUBECTL_DIR.tmp/deb"
+    (cd "$KUBECTL_DIR.tmp/deb" && apt-get download -qq "kubectl=$trixie_kubectl" 2>&1 |
+        grep -v 'unsandboxed as root' || true)
+    dpkg-deb -x "$KUBECTL_DIR.tmp"/deb/kubectl_*.deb "$KUBECTL_DIR.tmp"
+    rm -rf "$KUBECTL_DIR.tmp/deb" "$KUBECTL_DIR.tmp/usr/share"
+    echo "$trixie_kubectl" >"$KUBECTL_DIR.tmp/DEB_VERSION"
+    rm -rf "$KUBECTL_DIR" && mv "$KUBECTL_DIR.tmp" "$KUBECTL_DIR"
+fi
+"$KUBECTL_DIR/usr/bin/kubectl" kustomize --help >/dev/null || die "$KUBECTL_DIR/usr/bin/kubectl has no kustomize"
+log "kubectl: deb $trixie_kubectl ($("$KUBECTL_DIR/usr/bin/kubectl" version --client | head -n1))"
+step_done "kubectl"
+
+# --- 4. CRI python stubs (needs the dev venv's grpcio-tools) ------------------------------------------
 PYTHON="${PYTHON:-$REPO_DIR/.venv/bin/python}"
 if [[ -x $PYTHON ]] && "$PYTHON" -c 'import grpc_tools' 2>/dev/null; then
     "$PYTHON" "$REPO_DIR/tests/e2e/cri_stubs.py"

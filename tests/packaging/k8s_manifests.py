@@ -1,25 +1,62 @@
-"""Read the DaemonSet manifests (packaging/kubernetes) for the manifest tests and the image e2e test."""
+"""Render the kustomizations in packaging/kubernetes with `kubectl kustomize` for the manifest tests and
+the image e2e test. kubectl comes from Debian trixie (scripts/install-runtimes.sh unpacks it into
+$NRI_PINNER_E2E_PREFIX/kubectl); a kubectl on PATH is used otherwise."""
 
 from __future__ import annotations
 
+import functools
+import os
 import posixpath
+import shutil
+import subprocess
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from nri_pinner.config import Settings, load
 
 KUBE_DIR = Path(__file__).resolve().parents[2] / "packaging" / "kubernetes"
+BASE = KUBE_DIR / "base"
 CONFIG_MOUNT = "/etc/nri-pinner"
+PREFIX = Path(os.environ.get("NRI_PINNER_E2E_PREFIX", "/opt/nri-pinner-e2e"))
+KUBECTL_FROM_TRIXIE = PREFIX / "kubectl" / "usr" / "bin" / "kubectl"
 
 
-def load_manifest(name: str) -> dict[str, Any]:
-    docs = [d for d in yaml.safe_load_all((KUBE_DIR / name).read_text()) if d is not None]
-    if len(docs) != 1 or not isinstance(docs[0], dict):
-        raise ValueError(f"{name}: expected one YAML document, got {len(docs)}")
-    return docs[0]
+def kubectl() -> str:
+    """The kubectl binary; skips (or fails, where the setup should have installed it) without one."""
+    if KUBECTL_FROM_TRIXIE.is_file():
+        return str(KUBECTL_FROM_TRIXIE)
+    found = shutil.which("kubectl")
+    if found:
+        return found
+    message = "kubectl not found: scripts/install-runtimes.sh installs Debian trixie's into " + str(PREFIX)
+    if os.environ.get("NRI_PINNER_E2E_REQUIRED") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def render_text(directory: Path) -> str:
+    res = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, f"kubectl kustomize {directory}: {res.stderr}"
+    return res.stdout
+
+
+@functools.cache
+def render(directory: Path) -> tuple[dict[str, Any], ...]:
+    return tuple(d for d in yaml.safe_load_all(render_text(directory)) if d is not None)
+
+
+def objects(directory: Path, kind: str) -> list[dict[str, Any]]:
+    return [d for d in render(directory) if d["kind"] == kind]
+
+
+def one(directory: Path, kind: str) -> dict[str, Any]:
+    (obj,) = objects(directory, kind)
+    return obj
 
 
 @dataclass(frozen=True)
@@ -32,35 +69,39 @@ class Mount:
     volume: str
 
 
-def pod_spec() -> dict[str, Any]:
-    spec: dict[str, Any] = load_manifest("daemonset.yaml")["spec"]["template"]["spec"]
+def pod_spec(directory: Path = BASE) -> dict[str, Any]:
+    spec: dict[str, Any] = one(directory, "DaemonSet")["spec"]["template"]["spec"]
     return spec
 
 
-def plugin_container() -> dict[str, Any]:
-    (container,) = pod_spec()["containers"]
+def plugin_container(directory: Path = BASE) -> dict[str, Any]:
+    (container,) = pod_spec(directory)["containers"]
     assert isinstance(container, dict)
     return container
 
 
-def mounts() -> list[Mount]:
+def mounts(directory: Path = BASE) -> list[Mount]:
     """The plugin container's volumeMounts joined with the pod's volumes."""
-    volumes = {v["name"]: v for v in pod_spec()["volumes"]}
+    volumes = {v["name"]: v for v in pod_spec(directory)["volumes"]}
     result = []
-    for m in plugin_container()["volumeMounts"]:
+    for m in plugin_container(directory)["volumeMounts"]:
         volume = volumes[m["name"]]
         host = volume["hostPath"]["path"] if "hostPath" in volume else None
         result.append(Mount(m["mountPath"], host, bool(m.get("readOnly", False)), m["name"]))
     return result
 
 
-def configmap_config_text() -> str:
-    text: str = load_manifest("configmap.yaml")["data"]["config.toml"]
+def configmap_config_text(directory: Path = BASE) -> str:
+    text: str = one(directory, "ConfigMap")["data"]["config.toml"]
     return text
 
 
-def configmap_settings() -> Settings:
-    return load(configmap_config_text(), "configmap.yaml")
+def configmap_settings(directory: Path = BASE) -> Settings:
+    return load(configmap_config_text(directory), f"{directory.name}/config.toml")
+
+
+def config_table(directory: Path = BASE) -> dict[str, Any]:
+    return tomllib.loads(configmap_config_text(directory))
 
 
 def covering_mount(path: str, all_mounts: list[Mount]) -> Mount | None:
