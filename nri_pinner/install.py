@@ -24,7 +24,7 @@ from typing import TextIO
 PLUGIN_NAME = "nri-pinner"
 SIGNATURE = "# written by nri-pinner install"
 UNIT = "nri-pinner.service"
-# Set in the DaemonSet's container env (packaging/kubernetes/daemonset.yaml); visible to a host-side
+# Set in the DaemonSet's container env (packaging/kubernetes/base/daemonset.yaml); visible to a host-side
 # install through /proc/<pid>/environ.
 DEPLOYMENT_ENV = "NRI_PINNER_DEPLOYMENT"
 ROOT_ENV = "NRI_PINNER_INSTALL_ROOT"

@@ -24,7 +24,7 @@ t1=$(date +%s)
 deb=$("$repo/packaging/build-deb.sh" | tail -n1)
 t2=$(date +%s)
 
-key="$name $(sha256sum "$deb" | cut -d' ' -f1) $(cat "$base/.nri-pinner-base-root")"
+key="$name $(sha256sum "$deb" "$0" | cut -d' ' -f1 | tr '\n' ' ') $(cat "$base/.nri-pinner-base-root")"
 stamp=$build_dir/image.key
 if [ -f "$out" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ]; then
     echo "== image up to date: $out ($name)" >&2
@@ -41,6 +41,9 @@ rm -f "$root/.nri-pinner-base-root"
 dpkg --root="$root" -i "$deb" >&2
 got=$(chroot "$root" nri-pinner --version)
 [ "$got" = "nri-pinner $version" ] || { echo "build-image.sh: chroot nri-pinner --version said '$got'" >&2; exit 1; }
+# The wheels the .deb carries exist to build the venv offline in postinst; the venv is built now and
+# an image is never upgraded in place, so they would only add ~11 MB.
+rm -rf "$root"/usr/lib/nri-pinner/wheels
 rm -rf "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* "$root"/var/log/* "$root"/tmp/* \
     "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/*
 t3=$(date +%s)
@@ -62,6 +65,6 @@ build_oci_image(
 EOF
 echo "$key" >"$stamp"
 t4=$(date +%s)
-echo "== $out ($name, $(du -h "$out" | cut -f1)): base root $((t1 - t0)) s, deb $((t2 - t1)) s," \
+echo "== $out ($name, $(du -h "$out" | cut -f1); root $(du -sh "$root" | cut -f1)): base root $((t1 - t0)) s, deb $((t2 - t1)) s," \
     "dpkg -i $((t3 - t2)) s, pack $((t4 - t3)) s" >&2
 echo "$out"

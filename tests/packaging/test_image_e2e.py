@@ -1,15 +1,19 @@
 """The DaemonSet image runs as a container through CRI, with the DaemonSet's own mounts, env, command
-and privileges (read from packaging/kubernetes, not restated here), and pins a Guaranteed container
-started next to it. Host paths are remapped only where the private containerd keeps its sockets
-(and the state/inspect dirs go to a tmp dir); the sandbox is host-network because the harness has no
-CNI (the DaemonSet needs no network: it talks over unix sockets only)."""
+and securityContext (rendered from packaging/kubernetes/base, not restated here, and turned into CRI
+fields as the kubelet does), and pins a Guaranteed container started next to it: the proof that the
+privileges the manifest grants (no capability at all) are enough. Host paths are remapped only where
+the private containerd keeps its sockets (and the state/inspect dirs go to a tmp dir); the sandbox is
+host-network because the harness has no CNI, so the probes' endpoints are reached on 127.0.0.1."""
 
 from __future__ import annotations
 
+import http.client
 import importlib
 import importlib.util
 import os
 import subprocess
+import tarfile
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +39,7 @@ from k8s_manifests import (
     configmap_settings,
     mounts,
     plugin_container,
+    pod_spec,
 )
 
 from nri_pinner import __version__
@@ -51,6 +56,81 @@ pytestmark = [
         reason="nri_pinner.service.app (the `nri-pinner run` daemon) is not written yet",
     ),
 ]
+
+
+# What the kubelet puts in every non-privileged container's CRI config (pkg/securitycontext, procMount
+# Default): these paths are masked or read-only inside the container.
+KUBELET_MASKED_PATHS = ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                        "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+                        "/sys/devices/virtual/powercap"]
+KUBELET_READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+
+
+def security_context(pb: Any, ns: Any) -> Any:
+    """The manifest's securityContext as kubelet sends it over CRI (kuberuntime security_context.go)."""
+    sc = plugin_container()["securityContext"]
+    privileged = bool(sc.get("privileged", False))
+    caps = sc.get("capabilities", {})
+    out = pb.LinuxContainerSecurityContext(
+        namespace_options=ns, privileged=privileged,
+        capabilities=pb.Capability(add_capabilities=caps.get("add", []), drop_capabilities=caps.get("drop", [])),
+        readonly_rootfs=bool(sc.get("readOnlyRootFilesystem", False)),
+        no_new_privs=not sc.get("allowPrivilegeEscalation", True),
+    )
+    if "runAsUser" in sc:
+        out.run_as_user.value = int(sc["runAsUser"])
+    if sc.get("seccompProfile", {}).get("type") == "RuntimeDefault":
+        out.seccomp.profile_type = pb.SecurityProfile.ProfileType.RuntimeDefault
+    if not privileged:
+        out.masked_paths.extend(KUBELET_MASKED_PATHS)
+        out.readonly_paths.extend(KUBELET_READONLY_PATHS)
+    return out
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path)
+        reply = conn.getresponse()
+        return reply.status, reply.read().decode()
+    finally:
+        conn.close()
+
+
+def wait_ready(port: int, timeout: float = 30.0) -> tuple[int, str]:
+    deadline = time.monotonic() + timeout
+    last: tuple[int, str] = (0, "no answer")
+    while time.monotonic() < deadline:
+        try:
+            last = http_get(port, "/readyz")
+        except OSError as exc:
+            last = (0, str(exc))
+        if last[0] == 200:
+            break
+        time.sleep(0.2)
+    return last
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+
+
+def layer_names(image: Path) -> set[str]:
+    """Every path in the OCI archive's layers."""
+    names: set[str] = set()
+    with tarfile.open(image) as outer:
+        for member in outer.getmembers():
+            if not member.isfile() or not member.name.startswith("blobs/") or member.size < 1 << 20:
+                continue
+            blob = outer.extractfile(member)
+            assert blob is not None
+            try:
+                with tarfile.open(fileobj=blob, mode="r|*") as layer:
+                    names.update(m.name.lstrip("./") for m in layer)
+            except tarfile.ReadError:
+                continue
+    return names
 
 
 def parse_quantity(text: str) -> int:
@@ -97,7 +177,8 @@ def host_path_map(runtime: PrivateContainerd, scratch: Path) -> dict[str, Path]:
 def start_daemonset_pod(runtime: PrivateContainerd, scratch: Path) -> tuple[str, Path]:
     container = plugin_container()
     pb = runtime.cri.pb
-    privileged = bool(container["securityContext"]["privileged"])
+    privileged = bool(container["securityContext"].get("privileged", False))
+    assert not pod_spec().get("hostNetwork", False)  # the harness's sandbox is host-network anyway (no CNI)
     res = container["resources"]
     resources = km.ContainerResources(
         parse_quantity(res["requests"]["cpu"]),
@@ -131,9 +212,7 @@ def start_daemonset_pod(runtime: PrivateContainerd, scratch: Path) -> tuple[str,
         host.mkdir(parents=True, exist_ok=True)
         cri_mounts.append(pb.Mount(container_path=m.container_path, host_path=str(host), readonly=m.read_only))
     ns = sandbox_config.linux.security_context.namespace_options
-    linux: Any = pb.LinuxContainerConfig(
-        security_context=pb.LinuxContainerSecurityContext(namespace_options=ns, privileged=privileged)
-    )
+    linux: Any = pb.LinuxContainerConfig(security_context=security_context(pb, ns))
     linux.resources.CopyFrom(
         pb.LinuxContainerResources(**km.container_linux_resources(resources, qos, memory_capacity_bytes()))
     )
@@ -171,11 +250,47 @@ def test_image_runs_with_daemonset_mounts_and_pins_a_guaranteed_container(
         log = plugin_log.read_text(errors="replace") if plugin_log.exists() else "(no log)"
         pytest.fail(f"the DaemonSet container never connected over NRI; its log:\n{log[-4000:]}")
 
+    plugin_pid = containerd.container_pid(plugin_cid)
+    status = proc_status(plugin_pid)
+    # No capability at all, no way to gain one, and seccomp filtering (the manifest's securityContext).
+    assert {status[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {"0000000000000000"}, status
+    assert status["NoNewPrivs"] == "1" and status["Seccomp"] == "2"
+
+    port = configmap_settings().metrics.port
+    assert wait_ready(port) == (200, "ready: registered and synchronized\n")
+    assert http_get(port, "/healthz") == (200, "ok\n")
+    assert http_get(port, "/")[0] == 404
+    code, text = http_get(port, "/metrics")
+    assert code == 200 and "nri_pinner_connected 1.0" in text and "process_resident_memory_bytes" in text
+
     pod = containerd.run_pod("guaranteed", 1000, 1000)
     (cid,) = pod.container_ids
     allowed = CPUSet.parse(containerd.cpus_allowed_list(cid))
     assert len(allowed) == 1, f"Guaranteed 1-CPU container not pinned: Cpus_allowed_list {allowed}"
     assert CPUSet.parse(containerd.cgroup_cpuset(cid)) == allowed
+    # The plugin's container may write a container's cpuset through its /sys/fs/cgroup mount (the
+    # direct cgroup write path): same process credentials as the plugin, same mounts.
+    cpuset_file = containerd._cpuset_file(cid)
+    write = ("import sys; f = open(sys.argv[1], 'w'); f.write(sys.argv[2]); f.close(); "
+             "print(open(sys.argv[1]).read().strip())")
+    res = exec_sync(containerd, plugin_cid, ["python3", "-c", write, str(cpuset_file), str(allowed)])
+    assert res == (0, f"{allowed}\n", ""), res
     state, _ = containerd.cri.container_status(plugin_cid)
     assert state == "RUNNING"
     containerd.remove_pod(pod)
+
+
+def exec_sync(runtime: PrivateContainerd, cid: str, cmd: list[str]) -> tuple[int, str, str]:
+    pb = runtime.cri.pb
+    grpc_stubs: Any = importlib.import_module("e2e.gen.api_pb2_grpc")
+    with grpc.insecure_channel(f"unix://{runtime.paths.grpc_socket}") as channel:
+        stub: Any = grpc_stubs.RuntimeServiceStub(channel)
+        reply = stub.ExecSync(pb.ExecSyncRequest(container_id=cid, cmd=cmd, timeout=20), timeout=30)
+    return int(reply.exit_code), reply.stdout.decode(), reply.stderr.decode()
+
+
+def test_image_carries_no_wheels(image_tarball: Path) -> None:
+    names = layer_names(image_tarball)
+    assert any(n.startswith("usr/lib/nri-pinner/venv/") for n in names), "no venv in the image?"
+    assert not [n for n in names if n.endswith(".whl")], "wheels left in the image"
+    print(f"image {image_tarball.name}: {image_tarball.stat().st_size / 1e6:.1f} MB")
