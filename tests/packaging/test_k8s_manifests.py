@@ -282,3 +282,11 @@ def test_readme_names_every_mount_and_the_capabilities() -> None:
         assert f"`{m.container_path}`" in section, f"README's Privileges section does not explain {m.container_path}"
     assert "drop: [ALL]" in section or 'drop: ["ALL"]' in section
 
+
+def test_readme_tells_what_a_rejection_and_a_rolling_update_really_do() -> None:
+    readme = (KUBE_DIR.parents[1] / "README.md").read_text()
+    flat_text = " ".join(readme.split())
+    assert "as a kubelet admission failure would" not in flat_text  # it does not: no reschedule
+    assert "`CreateContainerError`" in flat_text and "retries the create on the same node" in flat_text
+    assert "nri_pinner_admission_errors_total" in flat_text
+    assert "Rolling updates leave a node unpinned" in flat_text and "`maxSurge: 0`" in flat_text
