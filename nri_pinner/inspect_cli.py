@@ -56,7 +56,7 @@ def _rpc_error(exc: grpc.RpcError) -> str:
 def render_status(doc: dict[str, Any]) -> str:
     h, pools = doc["health"], doc["pools"]
     lines = [
-        f"runtime: {h.get('runtime_name', '?')} {h.get('runtime_version', '?')} "
+        f"runtime: {h.get('runtime_name') or '-'} {h.get('runtime_version') or '-'} "
         f"(NRI {h.get('runtime_nri_version', '?')}), plugin {h.get('plugin', '?')} {h.get('version', '')} "
         f"{h.get('mode', '')}, "
         f"connected={h.get('connected')} synchronized={h.get('synchronized')}",
