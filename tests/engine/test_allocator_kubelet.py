@@ -1,3 +1,5 @@
+# mypy: disable-error-code="untyped-decorator"
+# (hypothesis is imported untyped by the project mypy config)
 """The allocator against the kubelet v1.32.10 answers of issue 21, and against a line-by-line
 port of cpu_assignment.go (naive_alloc) on random regular topologies.
 
