@@ -136,14 +136,30 @@ class Engine:
         existing = state.get(req.pod, req.container)
         allocated = existing.current if existing is not None and existing.exclusive else None
         if self.scope == "pod":
-            if state.pod_assignments(req.pod):
-                return None  # the pod was admitted as a whole with its first container
-            total = n if req.pod_exclusive_cpus is None else req.pod_exclusive_cpus
-            return merge_pod(self.manager, providers, HintRequest(
-                req.pod, None, exclusive_cpus=total, static_hints=req.hints))
+            return self._merge_pod(state, req, n, providers, allocated)
         return merge_container(self.manager, providers, HintRequest(
             req.pod, req.container, exclusive_cpus=n, reusable_cpus=self.policy.reusable(state, req.pod),
             allocated_cpus=allocated, static_hints=req.hints))
+
+    def _merge_pod(self, state: EngineState, req: AdmissionRequest, n: int, providers: list[HintProvider],
+                   allocated: CPUSet | None) -> MergeResult | None:
+        total = n if req.pod_exclusive_cpus is None else req.pod_exclusive_cpus
+        if state.get(req.pod, req.container) is None:
+            if state.pod_assignments(req.pod):
+                return None  # the pod was admitted as a whole with its first container
+            return merge_pod(self.manager, providers, HintRequest(
+                req.pod, None, exclusive_cpus=total, static_hints=req.hints))
+        # Admitted again: the kubelet's GetPodTopologyHints over what the pod holds.
+        held = CPUSet.from_mask(0)
+        for a in state.pod_assignments(req.pod):
+            if a.exclusive:
+                held = held | a.current
+        conflict = allocated is not None and len(allocated) != n
+        whole = len(held) == total and not conflict
+        return merge_pod(self.manager, providers, HintRequest(
+            req.pod, None, exclusive_cpus=total, static_hints=req.hints, allocation_conflict=conflict,
+            allocated_cpus=held if whole else None,
+            reusable_cpus=EMPTY if whole else self.policy.reusable(state, req.pod) | held))
 
     def _pod_affinity(self, state: EngineState, pod: str) -> int | None:
         for a in state.pod_assignments(pod):

@@ -305,6 +305,8 @@ class CPUHintProvider:
         wanted = request.exclusive_cpus
         if wanted == 0:
             return None  # shared-pool container: no preference
+        if request.allocation_conflict:
+            return {"cpu": ()}
         if request.allocated_cpus is not None:
             if len(request.allocated_cpus) != wanted:
                 return {"cpu": ()}  # kubelet: cannot be satisfied (rejected unless best-effort)
