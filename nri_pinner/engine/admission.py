@@ -67,13 +67,20 @@ class Decision:
         return out
 
 
+NO_DISTANCES_NOTE = (
+    "prefer-closest-numa-nodes: this machine reports no NUMA distances (the kubelet refuses to start "
+    "here); merging without distances instead: the narrowest hint wins, ties go to the lower NUMA nodes")
+
+
 class Engine:
     def __init__(self, topology: Topology, policy: StaticPolicy, manager: TopologyManager,
-                 scope: str = "container", providers: Sequence[HintProvider] = ()) -> None:
+                 scope: str = "container", providers: Sequence[HintProvider] = (),
+                 notes: Sequence[str] = ()) -> None:
         if scope not in ("container", "pod"):
             raise ValueError(f"unknown topology manager scope {scope!r}")
         self.topology, self.policy, self.manager, self.scope = topology, policy, manager, scope
         self.extra_providers = tuple(providers)
+        self.notes = tuple(notes)  # configuration facts to warn about once (service log, simulate)
 
     @classmethod
     def from_settings(cls, settings: Settings, topology: Topology) -> Engine:
@@ -84,9 +91,16 @@ class Engine:
         reserved = cm.reserved_cpus if cm.reserved_cpus is not None else (
             reserved_by_count(topology, cm.reserved_cpu_count, options) if cm.reserved_cpu_count else EMPTY)
         policy = StaticPolicy(topology, reserved, options, topology_policy_name=tm.policy)
-        manager = TopologyManager.from_topology(
-            topology, tm.policy, prefer_closest_numa_nodes="prefer-closest-numa-nodes" in tm.policy_options)
-        return cls(topology, policy, manager, tm.scope)
+        closest = "prefer-closest-numa-nodes" in tm.policy_options
+        notes: list[str] = []
+        if closest and not topology.numa_distances:
+            notes.append(NO_DISTANCES_NOTE)
+            closest = False  # the kernel's 10/20 would give the same answers, only slower
+        if tm.max_allowable_numa_nodes is not None:
+            notes.append(f"max-allowable-numa-nodes = {tm.max_allowable_numa_nodes}: accepted but not needed; "
+                         "nri-pinner merges hints for any number of NUMA nodes")
+        manager = TopologyManager.from_topology(topology, tm.policy, prefer_closest_numa_nodes=closest)
+        return cls(topology, policy, manager, tm.scope, notes=notes)
 
     # -- queries ---------------------------------------------------------------------------------
     def initial_state(self) -> EngineState:
