@@ -81,6 +81,7 @@ class Engine:
         self.topology, self.policy, self.manager, self.scope = topology, policy, manager, scope
         self.extra_providers = tuple(providers)
         self.notes = tuple(notes)  # configuration facts to warn about once (service log, simulate)
+        self._numa_masks = tuple((n, topology.numa_cpus[n].mask) for n in topology.numa_nodes)
 
     @classmethod
     def from_settings(cls, settings: Settings, topology: Topology) -> Engine:
@@ -107,7 +108,9 @@ class Engine:
         return self.policy.initial_state()
 
     def mems_of(self, cpus: CPUSet) -> tuple[int, ...]:
-        return tuple(self.topology.numa_of(cpus & self.topology.all_cpus))
+        # one AND per NUMA node, not a walk over the CPUs: shared containers carry the whole pool
+        mask = cpus.mask
+        return tuple(n for n, cpus_of_n in self._numa_masks if cpus_of_n & mask)
 
     # -- admission -------------------------------------------------------------------------------
     def admit(self, state: EngineState, req: AdmissionRequest) -> tuple[EngineState, Decision]:
