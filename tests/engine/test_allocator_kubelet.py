@@ -9,7 +9,10 @@ topologies are the kubelet's named test topologies (kube_topologies).
 
 from __future__ import annotations
 
+import io
+import json
 import random
+from pathlib import Path
 
 import kube_topologies as kt
 from hypothesis import HealthCheck, given, settings
@@ -26,6 +29,7 @@ from nri_pinner.engine.cpumanager.allocator import (
 from nri_pinner.engine.cpumanager.distributed import _go_combinations
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.model import CPUInfo, Topology
+from nri_pinner.simulate import run_scenario_file
 
 S = CPUSet.parse
 
@@ -46,6 +50,13 @@ def _one_l3_four_numa() -> Topology:
 def test_uncore_remainder_finishes_the_partly_used_core() -> None:
     topo = _one_l3_four_numa()
     assert take_by_topology_uncore(topo, topo.online - S("6,8-15"), 3) == S("0-1,7")
+
+
+def test_uncore_remainder_through_simulate() -> None:
+    # the same machine and taken CPUs as a scenario file (taken = strictly reserved)
+    out = io.StringIO()
+    assert run_scenario_file(str(Path(__file__).parent / "scenarios" / "uncore-remainder.json"), None, out) == 0
+    assert json.loads(out.getvalue())["cpus"] == "0-1,7"
 
 
 def test_uncore_partial_cache_needs_exact_whole_cores() -> None:
