@@ -143,6 +143,8 @@ def run_scenario_file(path: str, sysfs_root: str | None, out: TextIO) -> int:
         if not isinstance(scenario, dict):
             raise ScenarioError("scenario must be a JSON object")
         engine = load_engine(scenario, sysfs_root)
+        for note in engine.notes:
+            print(f"nri-pinner simulate: note: {note}", file=sys.stderr)
         for result in run_ops(engine, scenario.get("ops", [])):
             out.write(json.dumps(result) + "\n")
     except OSError as exc:

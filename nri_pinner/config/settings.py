@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..engine.cpuset import CPUSet, CPUSetError
+from .policy_options import MIN_MAX_ALLOWABLE_NUMA_NODES, parse_option_table
 
 CONFIG_PATH = "/etc/nri-pinner/config.toml"
 
@@ -30,8 +31,6 @@ TOPOLOGY_OPTIONS = ("prefer-closest-numa-nodes",)
 HINT_PROVIDERS = ("cpu",)
 # Accepted names that are planned but not built: refused with "not implemented yet", never ignored.
 NOT_IMPLEMENTED = {
-    ("topology_manager", "policy_options", "max-allowable-numa-nodes"):
-        "max-allowable-numa-nodes is not needed (any NUMA count is supported) and not implemented",
     ("hints", "providers", "devices"): "device hints are not implemented yet",
     ("hints", "providers", "nics"): "NIC hints are not implemented yet",
 }
@@ -54,6 +53,8 @@ class TopologyManagerSettings:
     policy: str = "none"
     scope: str = "container"
     policy_options: frozenset[str] = frozenset()
+    # the kubelet's limit, accepted for pasted configs; we need none (see Engine.notes)
+    max_allowable_numa_nodes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,21 @@ class _Reader:
             out.append(item)
         return tuple(out)
 
+    def options(self, key: str, allowed: tuple[str, ...], integers: tuple[str, ...] = ()
+                ) -> tuple[frozenset[str], dict[str, int]]:
+        """A list of option names, or the kubelet's table of name = "value" (see policy_options)."""
+        raw = self.table.get(key, [])
+        if not isinstance(raw, Mapping):
+            names = self.names(key, allowed + integers)
+            if needs := [n for n in names if n in integers]:
+                raise self.fail(key, f'{needs[0]!r} takes a value: write {key} = {{ {needs[0]} = "N" }}')
+            return frozenset(names), {}
+        self.table.pop(key)
+        try:
+            return parse_option_table(raw, allowed, integers)
+        except ValueError as exc:
+            raise self.fail(key, str(exc)) from exc
+
     def done(self) -> None:
         if self.table:
             raise self.fail(sorted(self.table)[0], "unknown key")
@@ -218,17 +234,21 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
         raise r.fail("reserved_cpu_count", "set either reserved_cpus or reserved_cpu_count, not both")
     cpu = CPUManagerSettings(
         reserved_cpus=reserved, reserved_cpu_count=count,
-        policy_options=frozenset(r.names("policy_options", CPU_POLICY_OPTIONS)),
+        policy_options=r.options("policy_options", CPU_POLICY_OPTIONS)[0],
         isolated_cpus=r.choice("isolated_cpus", "exclusive-first", ("exclusive-first", "unused")),
     )
     r.done()
 
     r = _section(root, "topology_manager")
-    topo = TopologyManagerSettings(
-        policy=r.choice("policy", "none", TOPOLOGY_POLICIES),
-        scope=r.choice("scope", "container", TOPOLOGY_SCOPES),
-        policy_options=frozenset(r.names("policy_options", TOPOLOGY_OPTIONS)),
-    )
+    policy = r.choice("policy", "none", TOPOLOGY_POLICIES)
+    scope = r.choice("scope", "container", TOPOLOGY_SCOPES)
+    topo_options, numbers = r.options("policy_options", TOPOLOGY_OPTIONS, ("max-allowable-numa-nodes",))
+    max_numa = numbers.get("max-allowable-numa-nodes")
+    if max_numa is not None and max_numa < MIN_MAX_ALLOWABLE_NUMA_NODES:
+        raise r.fail("policy_options", f'the minimum value of "max-allowable-numa-nodes" should not be less '
+                                       f"than {MIN_MAX_ALLOWABLE_NUMA_NODES}")
+    topo = TopologyManagerSettings(policy=policy, scope=scope, policy_options=topo_options,
+                                   max_allowable_numa_nodes=max_numa)
     r.done()
 
     r = _section(root, "hints")

@@ -67,13 +67,21 @@ class Decision:
         return out
 
 
+NO_DISTANCES_NOTE = (
+    "prefer-closest-numa-nodes: this machine reports no NUMA distances (the kubelet refuses to start "
+    "here); merging without distances instead: the narrowest hint wins, ties go to the lower NUMA nodes")
+
+
 class Engine:
     def __init__(self, topology: Topology, policy: StaticPolicy, manager: TopologyManager,
-                 scope: str = "container", providers: Sequence[HintProvider] = ()) -> None:
+                 scope: str = "container", providers: Sequence[HintProvider] = (),
+                 notes: Sequence[str] = ()) -> None:
         if scope not in ("container", "pod"):
             raise ValueError(f"unknown topology manager scope {scope!r}")
         self.topology, self.policy, self.manager, self.scope = topology, policy, manager, scope
         self.extra_providers = tuple(providers)
+        self.notes = tuple(notes)  # configuration facts to warn about once (service log, simulate)
+        self._numa_masks = tuple((n, topology.numa_cpus[n].mask) for n in topology.numa_nodes)
 
     @classmethod
     def from_settings(cls, settings: Settings, topology: Topology) -> Engine:
@@ -84,16 +92,25 @@ class Engine:
         reserved = cm.reserved_cpus if cm.reserved_cpus is not None else (
             reserved_by_count(topology, cm.reserved_cpu_count, options) if cm.reserved_cpu_count else EMPTY)
         policy = StaticPolicy(topology, reserved, options, topology_policy_name=tm.policy)
-        manager = TopologyManager.from_topology(
-            topology, tm.policy, prefer_closest_numa_nodes="prefer-closest-numa-nodes" in tm.policy_options)
-        return cls(topology, policy, manager, tm.scope)
+        closest = "prefer-closest-numa-nodes" in tm.policy_options
+        notes: list[str] = []
+        if closest and not topology.numa_distances:
+            notes.append(NO_DISTANCES_NOTE)
+            closest = False  # the kernel's 10/20 would give the same answers, only slower
+        if tm.max_allowable_numa_nodes is not None:
+            notes.append(f"max-allowable-numa-nodes = {tm.max_allowable_numa_nodes}: accepted but not needed; "
+                         "nri-pinner merges hints for any number of NUMA nodes")
+        manager = TopologyManager.from_topology(topology, tm.policy, prefer_closest_numa_nodes=closest)
+        return cls(topology, policy, manager, tm.scope, notes=notes)
 
     # -- queries ---------------------------------------------------------------------------------
     def initial_state(self) -> EngineState:
         return self.policy.initial_state()
 
     def mems_of(self, cpus: CPUSet) -> tuple[int, ...]:
-        return tuple(self.topology.numa_of(cpus & self.topology.all_cpus))
+        # one AND per NUMA node, not a walk over the CPUs: shared containers carry the whole pool
+        mask = cpus.mask
+        return tuple(n for n, cpus_of_n in self._numa_masks if cpus_of_n & mask)
 
     # -- admission -------------------------------------------------------------------------------
     def admit(self, state: EngineState, req: AdmissionRequest) -> tuple[EngineState, Decision]:
@@ -136,14 +153,30 @@ class Engine:
         existing = state.get(req.pod, req.container)
         allocated = existing.current if existing is not None and existing.exclusive else None
         if self.scope == "pod":
-            if state.pod_assignments(req.pod):
-                return None  # the pod was admitted as a whole with its first container
-            total = n if req.pod_exclusive_cpus is None else req.pod_exclusive_cpus
-            return merge_pod(self.manager, providers, HintRequest(
-                req.pod, None, exclusive_cpus=total, static_hints=req.hints))
+            return self._merge_pod(state, req, n, providers, allocated)
         return merge_container(self.manager, providers, HintRequest(
             req.pod, req.container, exclusive_cpus=n, reusable_cpus=self.policy.reusable(state, req.pod),
             allocated_cpus=allocated, static_hints=req.hints))
+
+    def _merge_pod(self, state: EngineState, req: AdmissionRequest, n: int, providers: list[HintProvider],
+                   allocated: CPUSet | None) -> MergeResult | None:
+        total = n if req.pod_exclusive_cpus is None else req.pod_exclusive_cpus
+        if state.get(req.pod, req.container) is None:
+            if state.pod_assignments(req.pod):
+                return None  # the pod was admitted as a whole with its first container
+            return merge_pod(self.manager, providers, HintRequest(
+                req.pod, None, exclusive_cpus=total, static_hints=req.hints))
+        # Admitted again: the kubelet's GetPodTopologyHints over what the pod holds.
+        held = CPUSet.from_mask(0)
+        for a in state.pod_assignments(req.pod):
+            if a.exclusive:
+                held = held | a.current
+        conflict = allocated is not None and len(allocated) != n
+        whole = len(held) == total and not conflict
+        return merge_pod(self.manager, providers, HintRequest(
+            req.pod, None, exclusive_cpus=total, static_hints=req.hints, allocation_conflict=conflict,
+            allocated_cpus=held if whole else None,
+            reusable_cpus=EMPTY if whole else self.policy.reusable(state, req.pod) | held))
 
     def _pod_affinity(self, state: EngineState, pod: str) -> int | None:
         for a in state.pod_assignments(pod):

@@ -97,4 +97,6 @@ def run_from_config(path: str) -> int:
     log.info("starting", version=__version__, config=path, cpus=str(topology.online),
              numa_nodes=len(topology.numa_nodes), reserved=str(engine.policy.reserved),
              topology_policy=settings.topology_manager.policy)
+    for note in engine.notes:
+        log.warning("configuration note", note=note)
     return asyncio.run(Service(settings, engine).run())

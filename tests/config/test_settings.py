@@ -57,7 +57,7 @@ def test_full_file_parses_every_section() -> None:
         ("[cpu_manager]\npolicy_options = ['full-pcpus']", "unknown value 'full-pcpus'"),
         ("[cpu_manager]\npolicy = 'none'", "only 'static' is implemented"),
         ("[topology_manager]\npolicy = 'strict'", "must be one of none, best-effort"),
-        ("[topology_manager]\npolicy_options = ['max-allowable-numa-nodes']", "not implemented"),
+        ("[topology_manager]\npolicy_options = ['max-allowable-numa-nodes']", "takes a value"),
         ("[hints]\nproviders = ['cpu', 'devices']", "device hints are not implemented yet"),
         ("[hints]\nproviders = ['nics']", "NIC hints are not implemented yet"),
         ("[hints]\nproviders = []", "cannot be turned off"),

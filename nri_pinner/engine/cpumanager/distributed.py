@@ -5,12 +5,20 @@ splits the request evenly in groups of ``cpu_group_size``, hands leftover groups
 subset of nodes that keeps the per-node free counts most balanced (standard deviation,
 rounded to 3 decimals like the kubelet), and packs within each node. Combination order
 and tie-breaks match the kubelet's, so the same node set is chosen.
+
+The kubelet's ``iterateCombinations`` builds each combination with Go's ``append`` on a shared
+prefix, so the combination it remembers as "best" is a view on an array that later
+combinations overwrite: what it allocates from is what that array holds when the search
+ends (topoDualSocketMultiNumaPerSocketHTLarge, 168 CPUs in pairs: NUMA 0-4 and 7, not 0-5).
+``_go_combinations`` reproduces that aliasing exactly (Go grows a slice's capacity 0, 1, 2,
+4, 8, ...). Where the aliased choice could not be carried out (the kubelet then fails with
+an accounting error or loops forever), the best combination as scored is used instead.
 """
 
 from __future__ import annotations
 
 import math
-from itertools import combinations
+from collections.abc import Iterator
 
 from ..errors import InsufficientCPUs
 from .index import TopologyIndex
@@ -26,6 +34,41 @@ def _stddev(values: list[int]) -> float:
     mean = _go_round3(sum(values) / len(values))
     var = sum((v - mean) * (v - mean) for v in values) / len(values)
     return _go_round3(math.sqrt(var))
+
+
+class _GoSlice:
+    """A Go slice: a shared backing array and a length (read late, like the kubelet does)."""
+
+    __slots__ = ("arr", "n")
+
+    def __init__(self, arr: list[int], n: int) -> None:
+        self.arr, self.n = arr, n
+
+    def append(self, x: int) -> _GoSlice:
+        if self.n < len(self.arr):  # room left: write in place, sharing the array
+            self.arr[self.n] = x
+            return _GoSlice(self.arr, self.n + 1)
+        arr = self.arr[: self.n] + [0] * max(1, 2 * len(self.arr) - self.n)
+        arr[self.n] = x
+        return _GoSlice(arr, self.n + 1)
+
+    def values(self) -> tuple[int, ...]:
+        return tuple(self.arr[: self.n])
+
+
+def _go_combinations(items: list[int], k: int) -> Iterator[_GoSlice]:
+    """k-combinations in the kubelet's order, each a view aliased exactly as Go's append does."""
+    if k < 1:
+        return
+
+    def helper(k: int, start: int, accum: _GoSlice) -> Iterator[_GoSlice]:
+        if k == 0:
+            yield accum
+            return
+        for i in range(start, len(items) - k + 1):
+            yield from helper(k - 1, i + 1, accum.append(items[i]))
+
+    yield from helper(k, 0, _GoSlice([], 0))
 
 
 def _spread_remainder(after: dict[int, int], subset: tuple[int, ...], remainder: int, group: int) -> bool:
@@ -45,10 +88,14 @@ def _spread_remainder(after: dict[int, int], subset: tuple[int, ...], remainder:
     return True
 
 
+Plan = tuple[tuple[int, ...], tuple[int, ...]]  # (NUMA nodes, remainder NUMA nodes)
+
+
 def _best_for_combo(
     combo: tuple[int, ...], free_per_numa: dict[int, int], numas: list[int], n: int, group: int
-) -> tuple[float, tuple[int, ...] | None] | None:
-    """(balance score, remainder subset) of one NUMA combination, or None if it cannot hold N."""
+) -> tuple[float, _GoSlice | None, tuple[int, ...]] | None:
+    """(balance score, remainder subset as the kubelet holds it, remainder subset as scored)
+    of one NUMA combination, or None if it cannot hold N."""
     if sum(free_per_numa[x] for x in combo) < n:
         return None
     if sum(free_per_numa[x] // group for x in combo) * group < n:
@@ -61,12 +108,14 @@ def _best_for_combo(
         after[x] -= distribution
     remainder = n - distribution * len(combo)
     if remainder == 0:
-        return _stddev([after[x] for x in numas]), None
+        return _stddev([after[x] for x in numas]), None, ()
     candidates = [x for x in combo if after[x] >= group]
     best = math.inf
-    best_subset: tuple[int, ...] | None = None
+    best_view: _GoSlice | None = None
+    best_subset: tuple[int, ...] = ()
     for k in range(len(candidates), 0, -1):
-        for subset in combinations(candidates, k):
+        for view in _go_combinations(candidates, k):
+            subset = view.values()
             if sum(after[x] for x in subset) < remainder:
                 continue
             trial = dict(after)
@@ -74,8 +123,37 @@ def _best_for_combo(
                 continue
             balance = _stddev([trial[x] for x in numas])
             if balance < best:
-                best, best_subset = balance, subset
-    return best, best_subset
+                best, best_view, best_subset = balance, view, subset
+    return best, best_view, best_subset
+
+
+def _carry_out(idx: TopologyIndex, acc: Accumulator, plan: Plan, n: int, group: int, spread: bool) -> bool:
+    """Allocate ``plan`` into ``acc``; False (acc untouched) where the kubelet would fail or hang."""
+    combo, rest = plan
+    distribution = (n // len(combo) // group) * group
+    free, result, needed = acc.free, acc.result, acc.needed
+    for numa in combo:
+        in_numa = idx.numa_mask[numa] & acc.free
+        if in_numa.bit_count() < distribution:
+            break
+        acc.take(packed_mask(idx, in_numa, distribution, spread, False))
+    else:
+        remainder = n - distribution * len(combo)
+        while remainder > 0:
+            progressed = False
+            for numa in rest:
+                in_numa = idx.numa_mask[numa] & acc.free
+                if remainder == 0 or in_numa.bit_count() < group:
+                    continue
+                acc.take(packed_mask(idx, in_numa, group, spread, False))
+                remainder -= group
+                progressed = True
+            if not progressed:
+                break
+        if acc.needed == 0:
+            return True
+    acc.free, acc.result, acc.needed = free, result, needed
+    return False
 
 
 def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: bool) -> int:
@@ -96,37 +174,20 @@ def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: 
 
     for k in range(min_numas, max_numas + 1):
         best_balance = math.inf
-        best_combo: tuple[int, ...] | None = None
-        best_remainder: tuple[int, ...] | None = None
-        for combo in combinations(numas, k):
+        best: tuple[_GoSlice, _GoSlice | None, Plan] | None = None
+        for view in _go_combinations(numas, k):
             if best_balance == 0:
                 break
+            combo = view.values()
             scored = _best_for_combo(combo, free_per_numa, numas, n, group)
             if scored is not None and scored[0] < best_balance:
-                best_balance, best_remainder = scored
-                best_combo = combo
-        if best_combo is None:
+                best_balance = scored[0]
+                best = (view, scored[1], (combo, scored[2]))
+        if best is None:
             continue
-        distribution = (n // len(best_combo) // group) * group
-        for numa in best_combo:
-            acc.take(packed_mask(idx, idx.numa_mask[numa] & acc.free, distribution, spread, False))
-        remainder = n - distribution * len(best_combo)
-        while remainder > 0:
-            progressed = False
-            for numa in best_remainder or ():
-                if remainder == 0:
-                    break
-                in_numa = idx.numa_mask[numa] & acc.free
-                if in_numa.bit_count() < group:
-                    continue
-                acc.take(packed_mask(idx, in_numa, group, spread, False))
-                remainder -= group
-                progressed = True
-            if not progressed:
-                break
-        if acc.needed != 0:
-            raise InsufficientCPUs(
-                n, free.bit_count(), f"accounting error, not enough CPUs allocated, remaining: {acc.needed}"
-            )
-        return acc.result
+        combo_view, rest_view, scored_plan = best
+        aliased: Plan = (combo_view.values(), rest_view.values() if rest_view else ())
+        if _carry_out(idx, acc, aliased, n, group, spread) or _carry_out(idx, acc, scored_plan, n, group, spread):
+            return acc.result
+        raise InsufficientCPUs(n, free.bit_count(), "accounting error, not enough CPUs allocated")
     return packed_mask(idx, free, n, spread, False)

@@ -6,7 +6,11 @@ bitmask, so a free count is ``(group_mask & free).bit_count()``; the group lists
 are precomputed so a sort only touches groups that exist.
 
 IDs follow the kubelet: NUMA node, socket and uncore (L3) ids as the topology gives
-them; a core's id is the lowest online CPU in it (the kubelet's ``getUniqueCoreID``).
+them. A core's id orders cores like the kubelet's CoreID does when it breaks ties between
+equally free cores: by (socket, core id), i.e. ``Topology.core_of``. On the kubelet's test
+topologies that is their CoreID (topoQuadSocketFourWayHT numbers CPUs unlike its cores);
+on a real machine the kubelet uses the lowest CPU of the core, which sorts the cores of one
+socket the same way whenever sysfs core ids rise with CPU numbers (every machine we know).
 Only online CPUs exist here, as in the kubelet's cAdvisor-built topology.
 """
 
@@ -48,14 +52,7 @@ class TopologyIndex:
         online = [topology.by_cpu[c] for c in topology.online]
         if not online:
             raise ValueError("topology has no online CPUs")
-        core_members: dict[int, list[int]] = {}
-        for info in online:
-            core_members.setdefault(topology.core_of[info.cpu], []).append(info.cpu)
-        # kubelet core id = lowest CPU id of the core
-        self.core_of_cpu: dict[int, int] = {}
-        for cpus in core_members.values():
-            for cpu in cpus:
-                self.core_of_cpu[cpu] = min(cpus)
+        self.core_of_cpu: dict[int, int] = {info.cpu: topology.core_of[info.cpu] for info in online}
 
         self.core_mask: dict[int, int] = {}
         self.socket_mask: dict[int, int] = {}

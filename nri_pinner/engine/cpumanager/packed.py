@@ -121,9 +121,11 @@ class Accumulator:
 
     # -- uncore caches (prefer-align-cpus-by-uncorecache) ----------------------------------
     def take_partial_uncore(self, uncore: int) -> None:
+        """The kubelet's takePartialUncore: the lowest-id ``needed // threads`` cores with a
+        free CPU in the cache, taken only if their free CPUs are exactly what is still needed
+        (so an odd remainder on SMT is left to the whole-core and single-thread steps)."""
         idx = self.idx
-        per_core = idx.cpus_per_core
-        cores_needed = (self.needed + per_core - 1) // per_core
+        cores_needed = self.needed // idx.cpus_per_core
         in_uncore = idx.uncore_mask[uncore] & self.free
         cores = [c for c in idx.cores_in_uncore.get(uncore, ()) if idx.core_mask[c] & in_uncore][
             :cores_needed
@@ -131,9 +133,6 @@ class Accumulator:
         mask = 0
         for c in cores:
             mask |= idx.core_mask[c] & self.free
-        # An odd remainder on SMT takes one thread less from the last (highest) core.
-        if self.needed % 2 and per_core > 1 and mask.bit_count() > self.needed:
-            mask &= ~(1 << (mask.bit_length() - 1))
         if mask.bit_count() == self.needed:
             self.take(mask)
 

@@ -13,10 +13,12 @@ Our additions: isolated CPUs (``isolcpus``) are never in the shared pool. With
 Offline CPUs are in no pool. ``start`` repairs an inconsistent state instead of
 refusing to run.
 
-Deliberate differences: an already-assigned container gets its set back before the
-full-pcpus-only checks run (the kubelet checks first and can refuse a container it
-already pinned); reusable init CPUs are kept per pod (the kubelet keeps only the last
-pod's) but are limited to CPUs the pod still holds, so they can never be handed out twice.
+Admitting a (pod, container) again follows the kubelet: the full-pcpus-only checks run
+first (so they can refuse a container already pinned when too few whole cores are free),
+then a container holding exclusive CPUs keeps them; one recorded as shared that is now
+Guaranteed gets exclusive CPUs. Deliberate difference: reusable init CPUs are kept per
+pod (the kubelet keeps only the last pod's) but are limited to CPUs the pod still holds,
+so they can never be handed out twice.
 """
 
 from __future__ import annotations
@@ -149,10 +151,9 @@ class StaticPolicy:
         """Admit one container; raises an ``AdmissionError`` (state untouched) when it cannot be placed."""
         n = guaranteed_cpus(qos, cpu_request_milli, cpu_limit_milli)
         existing = state.get(pod, container)
-        if existing is not None:
-            new_state = self._update_reusable(state, existing) if existing.exclusive else state
-            return new_state, self._decision(new_state, existing, already=True)
         if n == 0:
+            if existing is not None:  # the kubelet has nothing to do: whatever it holds stays
+                return state, self._decision(state, existing, already=True)
             shared = Assignment(
                 pod,
                 container,
@@ -166,7 +167,12 @@ class StaticPolicy:
             new_state = state.with_changes(put=shared)
             return new_state, self._decision(new_state, shared, already=False)
 
+        # As the kubelet: the SMT checks come before "already present", and only exclusive
+        # CPUs count as present (a container first seen as shared gets exclusive CPUs now).
         self._enforce_smt_alignment(state, n)
+        if existing is not None and existing.exclusive:
+            new_state = self._update_reusable(state, existing)
+            return new_state, self._decision(new_state, existing, already=True)
         reusable = self.reusable(state, pod)
         cpus = self._allocate_cpus(state, n, numa_affinity, reusable)
         assignment = Assignment(

@@ -110,8 +110,10 @@ class CPUTopologyHints(Sequence[TopologyHint]):
 
         Ties go to the lowest mask (enumeration is ascending and only a strictly
         smaller sum replaces the best). A branch is cut when its exact partial sum
-        plus a lower bound for its remaining pairs (count x smallest distance)
-        already exceeds the best sum. For one size the kubelet's mean
+        plus a lower bound for the rest (the cheapest remaining nodes' exact cost
+        against what is chosen, plus the smallest distance for pairs among them)
+        already reaches the best sum: with all remote distances equal the first
+        feasible mask is the answer and everything after it is cut at once. For one size the kubelet's mean
         (sum / size², a double) orders exactly like the integer sum: neighbouring
         means differ by >= 1/size² >= 2^-12, far above double spacing for means
         below 2^40, so distinct sums never round to equal means.
@@ -130,10 +132,12 @@ class CPUTopologyHints(Sequence[TopologyHint]):
         weights = [self._w[n] for n in candidates]
         heaviest = _heaviest_table(weights)
         pool = nodes_of(inside)
-        min_self = min(distance[n][n] for n in pool)
         min_pair = min((distance[a][b] for a in pool for b in pool if a != b), default=0)
         chosen = nodes_of(forced)
         start = sum(distance[a][b] for a in chosen for b in chosen)
+        # cost[j]: what candidate j adds to the sum if taken now (self distance + pairs with chosen)
+        cost = [distance[n][n] + sum(distance[n][c] + distance[c][n] for c in chosen) for n in candidates]
+        pair = [[distance[a][b] + distance[b][a] for b in candidates] for a in candidates]
         best_sum, best_mask = -1, None
 
         def pick(limit: int, slots: int, short: int, acc: int, partial: int) -> None:
@@ -142,18 +146,24 @@ class CPUTopologyHints(Sequence[TopologyHint]):
                 if short <= 0 and (best_mask is None or partial < best_sum):
                     best_sum, best_mask = partial, acc
                 return
-            for i in range(slots - 1, limit):
-                if weights[i] + heaviest[i][slots - 1] < short:
+            rest = slots - 1
+            for i in range(rest, limit):
+                if weights[i] + heaviest[i][rest] < short:
                     continue
-                n = candidates[i]
-                added = distance[n][n] + sum(distance[n][c] + distance[c][n] for c in chosen)
-                rest = slots - 1
-                floor = rest * min_self + (rest * (rest - 1) + 2 * rest * (len(chosen) + 1)) * min_pair
-                if best_mask is not None and partial + added + floor > best_sum:
-                    continue
-                chosen.append(n)
-                pick(i, rest, short - weights[i], acc | (1 << n), partial + added)
-                chosen.pop()
+                total = partial + cost[i]
+                row = pair[i]
+                if best_mask is not None:
+                    # lower bound: the `rest` cheapest nodes below i, each paying its cost with i
+                    # taken too, plus the least possible pairs among themselves.
+                    # >=: masks come in ascending order, so an equal sum found later never wins
+                    floor = sum(sorted(cost[j] + row[j] for j in range(i))[:rest]) if rest else 0
+                    if total + floor + rest * (rest - 1) * min_pair >= best_sum:
+                        continue
+                for j in range(i):
+                    cost[j] += row[j]
+                pick(i, rest, short - weights[i], acc | (1 << candidates[i]), total)
+                for j in range(i):
+                    cost[j] -= row[j]
 
         pick(len(candidates), free_slots, need, forced, start)
         return best_mask
@@ -305,6 +315,8 @@ class CPUHintProvider:
         wanted = request.exclusive_cpus
         if wanted == 0:
             return None  # shared-pool container: no preference
+        if request.allocation_conflict:
+            return {"cpu": ()}
         if request.allocated_cpus is not None:
             if len(request.allocated_cpus) != wanted:
                 return {"cpu": ()}  # kubelet: cannot be satisfied (rejected unless best-effort)

@@ -97,6 +97,8 @@ class HintRequest:
     ``allocated_cpus`` is set when the container (or pod) already holds CPUs,
     e.g. after a restart: the CPU provider then regenerates hints from them.
     ``static_hints`` are hints given verbatim (``simulate`` per-op ``hints``).
+    ``allocation_conflict`` marks a re-admission whose held CPUs do not match its request:
+    the kubelet then gives the empty CPU hint list (rejected unless best-effort).
     """
 
     pod_uid: str
@@ -105,6 +107,7 @@ class HintRequest:
     reusable_cpus: CPUSet = EMPTY
     allocated_cpus: CPUSet | None = None
     static_hints: ResourceHints = field(default_factory=dict)
+    allocation_conflict: bool = False
 
     def __post_init__(self) -> None:
         if self.exclusive_cpus < 0:
