@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nri_pinner.engine.topology.model import Topology
-
 import kube_topologies as kt
+
+from nri_pinner.engine.topology.model import Topology
 
 PACKED: dict[str, bool] = {}
 SPREAD = {"distribute_cpus_across_cores": True}
