@@ -97,3 +97,53 @@ CASES: list[Case] = [
      "0-2"),
     ("uncore 2->4 smt cores", kt.uncore_single_socket_smt, UNCORE, "0-15", "0,1", "0,1", 4, "0,1,8,9"),
 ]
+
+# The NUMA-distributed resize cases (``commonTakeByTopologyExtendedTestCasesForResize``, the
+# mustKeepCPUs revision of the same test file): (description, topology, available, must-keep,
+# N, cpu group size, expected). ``available`` includes the must-keep CPUs.
+DistCase = tuple[str, Callable[[], Topology], str, str, int, int, str | None]
+
+DIST_CASES: list[DistCase] = [
+    ("more than available", kt.dual_socket_ht, "0-7", "0,2,4", 10, 1, None),
+    ("1 -> 8, 2 per NUMA", kt.dual_socket_ht, "0-11", "11", 8, 1, "0-2,5-8,11"),
+    ("8 -> 64 over 4 NUMA", kt.dual_socket_multi_numa_per_socket_ht, "0-79", "36-39,76-79", 64, 1,
+     "0-7,10-17,20-27,30-33,36-39,40-47,50-57,60-67,70-73,76-79"),
+    ("2 -> 16 over 8 cores", kt.dual_socket_multi_numa_per_socket_ht,
+     "0-2,10-12,20-22,30-32,40-41,50-51,60-61,70-71", "0,1", 16, 1,
+     "0-1,10-11,20-21,30-31,40-41,50-51,60-61,70-71"),
+    ("1 -> 1", kt.dual_socket_ht, "0-11", "11", 1, 1, "11"),
+    ("1 -> 2", kt.dual_socket_ht, "0-11", "11", 2, 1, "5,11"),
+    ("2 -> 62 spill to 0,1", kt.dual_socket_multi_numa_per_socket_ht, "0-79", "0,1", 62, 1,
+     "0-7,10-17,20-27,30-37,40-47,50-57,60-66,70-76"),
+    ("2 -> 62 group 2", kt.dual_socket_multi_numa_per_socket_ht, "0-79", "0,1", 62, 2,
+     "0-7,10-17,20-27,30-36,40-47,50-57,60-67,70-76"),
+    ("2 -> 62 balance", kt.dual_socket_multi_numa_per_socket_ht, "0-8,10-18,20-39,40-48,50-58,60-79", "0,1",
+     62, 1, "0-7,10-17,20-27,30-37,40-46,50-56,60-67,70-77"),
+    ("2 -> 62 balance group 2", kt.dual_socket_multi_numa_per_socket_ht,
+     "0-8,10-18,20-39,40-48,50-58,60-79", "0,1", 62, 2, "0-7,10-16,20-27,30-37,40-47,50-56,60-67,70-77"),
+    ("4 -> 34 best remainder", kt.dual_socket_multi_numa_per_socket_ht,
+     "0-3,10-13,20-23,30-36,40-43,50-53,60-63,70-76", "0-3", 34, 1,
+     "0-3,10-13,20-23,30-34,40-43,50-53,60-63,70-74"),
+    ("4 -> 28 live machine", kt.dual_socket_multi_numa_per_socket_ht_large,
+     "0,128,30,31,158,159,43-47,171-175,62,63,190,191,75-79,203-207,94,96,222,223,101-111,229-239,126,127,"
+     "254,255", "43-46", 28, 1, "43-47,75-79,96,101-105,171-174,203-206,229-232"),
+    ("16 -> 48 over 3 NUMA", kt.dual_socket_multi_numa_per_socket_ht, "0-79", "0-7,40-47", 48, 1,
+     "0-7,10-17,20-27,40-47,50-57,60-67"),
+    ("20 -> 48 held node over", kt.dual_socket_multi_numa_per_socket_ht, "0-79", "0-9,40-49", 48, 1,
+     "0-23,40-63"),
+    ("14 -> 48 all but 2", kt.dual_socket_multi_numa_per_socket_ht, "1-29,32-39,41-69,72-79", "1-7,41-47", 48,
+     1, "1-8,10-17,20-27,41-48,50-57,60-67"),
+    ("12 -> 48 spread anyway", kt.dual_socket_multi_numa_per_socket_ht, "2-29,31-39,42-69,71-79", "2-7,42-47",
+     48, 1, "2-9,10-17,20-27,42-49,50-57,60-67"),
+    ("2 -> 26 two NUMA", kt.dual_socket_multi_numa_per_socket_ht, "0-79", "30,70", 26, 1,
+     "20-26,30-36,60-65,70-75"),
+    ("2 -> 26 two NUMA group 2", kt.dual_socket_multi_numa_per_socket_ht, "0-79", "30,70", 26, 2,
+     "20-25,30-36,60-65,70-76"),
+    ("3 -> 5 held over distribution", kt.dual_socket_ht, "0-7", "0,2,4", 5, 1, "0-2,4,7"),
+    ("17 -> 67", kt.dual_socket_multi_numa_per_socket_ht, "0-79", "0-8,40-47", 67, 1,
+     "0-8,40-47,10-18,50-57,20-28,60-67,30-37,70-77"),
+    ("18 -> 70 group 2", kt.dual_socket_multi_numa_per_socket_ht, "0-79", "0-8,40-48", 70, 2,
+     "0-8,40-48,10-18,50-58,20-28,60-68,30-37,70-77"),
+    ("scale down keep 1 -> 8", kt.dual_socket_ht, "0-11", "11", 8, 1, "0-2,5-8,11"),
+    ("odd request falls back to packed", kt.dual_socket_ht, "0-8", "0,2,4", 5, 2, "0,2,4,6,8"),
+]

@@ -12,7 +12,7 @@ import kube_topologies as kt
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from resize_cases import CASES
+from resize_cases import CASES, DIST_CASES
 from test_admission_properties import check_pools, engines, machines
 
 from nri_pinner.config import from_mapping
@@ -46,6 +46,21 @@ def test_kubelet_resize_allocator_cases(case: tuple[str, Callable[[], Topology],
     got = take_by_topology_for_resize(topo(), pool, retained, n, **opts)
     assert got == S(expected)
     assert retained.issubset(got)
+
+
+@pytest.mark.parametrize("case", DIST_CASES, ids=[c[0] for c in DIST_CASES])
+def test_kubelet_distributed_resize_cases(case: tuple[str, Callable[[], Topology], str, str, int, int,
+                                                       str | None]) -> None:
+    _, topo, available, keep, n, group, expected = case
+    pool, retained = S(available) - S(keep), S(keep)
+    if expected is None:
+        with pytest.raises(InsufficientCPUs):
+            take_by_topology_for_resize(topo(), pool, retained, n, distribute_cpus_across_numa=True,
+                                        cpu_group_size=group)
+        return
+    got = take_by_topology_for_resize(topo(), pool, retained, n, distribute_cpus_across_numa=True,
+                                      cpu_group_size=group)
+    assert got == S(expected)
 
 
 def test_allocator_refuses_keeping_more_than_requested_and_foreign_cpus() -> None:

@@ -9,9 +9,9 @@ half-held core or NUMA node is a whole-group step. Steps: whole first level (NUM
 sockets), whole second level, optionally uncore caches, whole cores (not when spreading),
 then single threads.
 
-The NUMA-distributed variant is our own, simpler rule (the kubelet's distributed resize is
-still in review): the final set is split as evenly as it can be over the fewest NUMA nodes
-that include every node already holding retained CPUs, then packed per node.
+The NUMA-distributed variant follows the kubelet's ``takeByTopologyNUMADistributedForResize``
+(still in review upstream, checked against its test cases): the final set is split as evenly as
+it can be over the fewest NUMA nodes that include every node already holding retained CPUs.
 """
 
 from __future__ import annotations
@@ -168,54 +168,108 @@ def _packed(idx: TopologyIndex, free: int, retained: int, n: int, spread: bool, 
     return acc.result
 
 
+def _round3(x: float) -> float:
+    return math.floor(x * 1000 + 0.5) / 1000  # Go's math.Round on non-negative values
+
+
 def _stddev(values: list[int]) -> float:
-    mean = sum(values) / len(values)
-    return round(math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)), 3)
+    mean = _round3(sum(values) / len(values))
+    return _round3(math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)))
 
 
-def _split(n: int, group: int, combo: tuple[int, ...], kept: dict[int, int], free: dict[int, int]
-           ) -> dict[int, int] | None:
-    """Per-node totals for ``combo`` summing to ``n`` in groups, as even as possible; None if infeasible."""
-    base = (n // len(combo) // group) * group
-    target = {x: max(base, kept[x]) for x in combo}
-    if any(target[x] % group and target[x] != kept[x] for x in combo):
-        return None
-    left = n - sum(target.values())
-    while left > 0:  # hand out groups to the node with the most room left
-        room = [(free[x] + kept[x] - target[x], -x) for x in combo if free[x] + kept[x] - target[x] >= group]
-        if not room:
+def _round_robin(after: dict[int, int], subset: tuple[int, ...], remainder: int, group: int) -> bool:
+    while remainder > 0:
+        progressed = False
+        for x in subset:
+            if remainder == 0:
+                break
+            if after[x] >= group:
+                after[x] -= group
+                remainder -= group
+                progressed = True
+        if not progressed:
+            return False
+    return True
+
+
+def _score(combo: tuple[int, ...], order: list[int], avail: dict[int, int], kept: dict[int, int], n: int,
+           group: int) -> tuple[float, tuple[int, ...]] | None:
+    """(balance, remainder subset) of a NUMA combination, or None when it cannot hold the request."""
+    distribution = (n // len(combo) // group) * group
+    after = dict(avail)
+    for x in combo:
+        after[x] -= max(distribution, kept[x]) - kept[x]
+        if after[x] < 0:
             return None
-        _, neg = max(room)
-        target[-neg] += group
-        left -= group
-    if left < 0 or any(target[x] - kept[x] > free[x] for x in combo):
+    remainder = n - sum(max(distribution, kept[x]) for x in combo)
+    if remainder < 0:
         return None
-    return target
+    if remainder == 0:
+        return _stddev([after[x] for x in order]), ()
+    candidates = [x for x in combo if after[x] >= group]
+    best: tuple[float, tuple[int, ...]] | None = None
+    for k in range(len(candidates), 0, -1):
+        for subset in combinations(candidates, k):
+            if sum(after[x] for x in subset) < remainder:
+                continue
+            trial = dict(after)
+            if not _round_robin(trial, subset, remainder, group):
+                continue
+            balance = _stddev([trial[x] for x in order])
+            if best is None or balance < best[0]:
+                best = (balance, subset)
+    return best
 
 
 def _distributed(idx: TopologyIndex, free: int, retained: int, n: int, group: int, spread: bool) -> int:
+    """Even split over the fewest NUMA nodes that include every node holding retained CPUs.
+
+    Combinations are tried in the resize sort order (held nodes first), scored by the balance of
+    the free CPUs left, as the kubelet scores them; each node first gets ``max(distribution, kept)``
+    CPUs, then the remainder goes round-robin in groups, one packed take per group.
+    """
     if n % group or n <= retained.bit_count():
         return _packed(idx, free, retained, n, spread, False)
     free &= ~retained
+    order = _ResizeAccumulator(idx, free, retained, n).numas()
+    held = [x for x in idx.numa_ids if idx.numa_mask[x] & retained]
+    order = [x for x in held if x not in order] + order
     kept = {x: (idx.numa_mask[x] & retained).bit_count() for x in idx.numa_ids}
     avail = {x: (idx.numa_mask[x] & free).bit_count() for x in idx.numa_ids}
-    held = tuple(x for x in idx.numa_ids if kept[x])
-    others = [x for x in idx.numa_ids if not kept[x] and avail[x]]
-    for k in range(max(1, len(held)), len(held) + len(others) + 1):
-        best: tuple[float, dict[int, int]] | None = None
-        for extra in combinations(others, k - len(held)):
-            target = _split(n, group, held + extra, kept, avail)
-            if target is None:
+    groups_per_numa = (((idx.all_mask.bit_count() - 1) // group + 1) - 1) // len(idx.numa_ids) + 1
+    min_numas = max(len(held), ((n - 1) // group) // groups_per_numa + 1)
+    for k in range(min_numas, min((n - 1) // group + 1, len(order)) + 1):
+        best: tuple[float, tuple[int, ...], tuple[int, ...]] | None = None
+        for combo in combinations(order, k):
+            if best is not None and best[0] == 0:
+                break
+            if any(x not in combo for x in held):
                 continue
-            after = [avail[x] - (target.get(x, 0) - kept[x] if x in target else 0) for x in idx.numa_ids]
-            score = _stddev(after)
-            if best is None or score < best[0]:
-                best = (score, target)
-        if best is not None:
-            result = retained
-            for x, total in sorted(best[1].items()):
+            scored = _score(combo, order, avail, kept, n, group)
+            if scored is not None and (best is None or scored[0] < best[0]):
+                best = (scored[0], combo, scored[1])
+        if best is None:
+            continue
+        _, combo, subset = best
+        distribution = (n // len(combo) // group) * group
+        result = retained
+        for x in combo:
+            node = idx.numa_mask[x]
+            result |= _packed(idx, free & node, retained & node, max(distribution, kept[x]), spread, False)
+        remainder = n - result.bit_count()
+        while remainder > 0:
+            progressed = False
+            for x in subset:
                 node = idx.numa_mask[x]
-                result |= _packed(idx, free & node, retained & node, total, spread, False)
+                if remainder == 0 or (node & free & ~result).bit_count() < group:
+                    continue
+                have = result & node
+                result |= _packed(idx, free & node & ~result, have, have.bit_count() + group, spread, False)
+                remainder -= group
+                progressed = True
+            if not progressed:
+                break
+        if remainder == 0:
             return result
     return _packed(idx, free, retained, n, spread, False)
 
