@@ -313,3 +313,27 @@ def test_random_grow_shrink_runs_of_exclusive_containers(data: st.DataObject) ->
         s = step(e, s, Op("update", 0, "a", milli, False, pick), classes)
         check_pools(e, s)
     assert e.policy.start(s) == (s, [])
+
+
+def test_pod_scope_grow_stays_inside_the_pods_merged_affinity() -> None:
+    topo = kt.dual_socket_ht()
+    e = engine(topo, tm="single-numa-node", scope="pod")
+    s = e.initial_state()
+    for name in ("a", "b"):
+        s, d = e.admit(s, AdmissionRequest("p", name, "guaranteed", 2000, 2000, pod_exclusive_cpus=4))
+        assert d.admitted
+    node = topo.numa_of(s.assignments[("p", "a")].current | s.assignments[("p", "b")].current)
+    assert len(node) == 1
+    s2, d = e.resize(s, "p", "a", "guaranteed", 5000, 5000)  # 7 CPUs on a 6-CPU node: never fits
+    assert not d.applied and d.reason == "TopologyAffinityError" and s2 is s
+    s2, d = e.resize(s, "p", "a", "guaranteed", 3000, 3000)
+    assert d.applied and topo.numa_of(d.cpus) == node
+
+
+def test_shared_to_exclusive_runs_the_topology_manager() -> None:
+    e = engine(kt.dual_socket_ht(), tm="single-numa-node")
+    s, _ = e.admit(e.initial_state(), AdmissionRequest("p", "c", "guaranteed", 500, 500))
+    s2, d = e.resize(s, "p", "c", "guaranteed", 7000, 7000)  # no NUMA node has 7 CPUs
+    assert not d.applied and d.reason == "TopologyAffinityError" and s2 is s and not d.exclusive
+    s2, d = e.resize(s, "p", "c", "guaranteed", 6000, 6000)
+    assert d.applied and d.kind == "to-exclusive" and e.topology.numa_of(d.cpus) == [1] and d.mems == (1,)
