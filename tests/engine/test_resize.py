@@ -320,8 +320,8 @@ def test_pod_scope_grow_stays_inside_the_pods_merged_affinity() -> None:
     e = engine(topo, tm="single-numa-node", scope="pod")
     s = e.initial_state()
     for name in ("a", "b"):
-        s, d = e.admit(s, AdmissionRequest("p", name, "guaranteed", 2000, 2000, pod_exclusive_cpus=4))
-        assert d.admitted
+        s, admitted = e.admit(s, AdmissionRequest("p", name, "guaranteed", 2000, 2000, pod_exclusive_cpus=4))
+        assert admitted.admitted
     node = topo.numa_of(s.assignments[("p", "a")].current | s.assignments[("p", "b")].current)
     assert len(node) == 1
     s2, d = e.resize(s, "p", "a", "guaranteed", 5000, 5000)  # 7 CPUs on a 6-CPU node: never fits
