@@ -2,7 +2,9 @@
 
 Scenario: {"topology": {...same shape as `topology --json`...}, "config": {...TOML keys...},
 "ops": [{"op": "create", "pod": ..., "container": ..., "qos": ..., "cpu_request_milli": ...,
-"cpu_limit_milli": ..., "init": false, "restartable": false, "hints": {...}}, {"op": "remove", ...}]}.
+"cpu_limit_milli": ..., "init": false, "restartable": false, "hints": {...}}, {"op": "remove", ...},
+{"op": "update", "pod": ..., "container": ..., "cpu_request_milli": ..., "cpu_limit_milli": ...}]}.
+``update`` is an in-place resize (engine only); its QoS defaults to the one the container was created with.
 Output: one JSON object per op (JSON lines).
 """
 
@@ -25,6 +27,7 @@ from .engine.topologymanager.hints import parse_static_hints
 CREATE_KEYS = {"op", "pod", "container", "qos", "cpu_request_milli", "cpu_limit_milli", "init", "restartable",
                "hints", "pod_exclusive_cpus"}
 REMOVE_KEYS = {"op", "pod", "container"}
+UPDATE_KEYS = {"op", "pod", "container", "qos", "cpu_request_milli", "cpu_limit_milli"}
 
 
 class ScenarioError(ValueError):
@@ -112,14 +115,21 @@ def run_ops(engine: Engine, ops: Any) -> Iterator[dict[str, Any]]:
     if not isinstance(ops, list):
         raise ScenarioError("ops must be a list")
     state: EngineState = engine.initial_state()
+    classes: dict[tuple[str, str], str] = {}  # QoS each container was created with (update's default)
     for i, op in enumerate(ops):
         where = f"ops[{i}]"
         if not isinstance(op, Mapping):
             raise ScenarioError(f"{where}: must be an object")
         kind = op.get("op")
         if kind == "create":
-            state, decision = engine.admit(state, _request(op, where))
+            req = _request(op, where)
+            state, decision = engine.admit(state, req)
+            if decision.admitted:
+                classes.setdefault((req.pod, req.container), str(req.qos))
             yield {"op": "create", **decision.to_json()}
+        elif kind == "update":
+            state, result = _update(engine, state, op, where, classes)
+            yield result
         elif kind == "remove":
             unknown = set(op) - REMOVE_KEYS
             if unknown:
@@ -127,13 +137,29 @@ def run_ops(engine: Engine, ops: Any) -> Iterator[dict[str, Any]]:
             pod, container = _str(op, "pod", where), _str(op, "container", where)
             known = state.get(pod, container) is not None
             state = engine.remove(state, pod, container)
+            classes.pop((pod, container), None)
             out: dict[str, Any] = {"op": "remove", "pod": pod, "container": container, "removed": known,
                                    "shared": str(engine.policy.shared_pool(state))}
             if not known:
                 out["message"] = "no such container"
             yield out
         else:
-            raise ScenarioError(f"{where}: op must be 'create' or 'remove', got {kind!r}")
+            raise ScenarioError(f"{where}: op must be 'create', 'update' or 'remove', got {kind!r}")
+
+
+def _update(engine: Engine, state: EngineState, op: Mapping[str, Any], where: str,
+            classes: Mapping[tuple[str, str], str]) -> tuple[EngineState, dict[str, Any]]:
+    unknown = set(op) - UPDATE_KEYS
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key(s) {sorted(unknown)}")
+    pod, container = _str(op, "pod", where), _str(op, "container", where)
+    try:
+        qos = QoS.parse(str(op.get("qos", classes.get((pod, container), QoS.BEST_EFFORT))))
+    except ValueError as exc:
+        raise ScenarioError(f"{where}: {exc}") from exc
+    state, rd = engine.resize(state, pod, container, qos, _int(op, "cpu_request_milli", where),
+                              _int(op, "cpu_limit_milli", where))
+    return state, {"op": "update", **rd.to_json()}
 
 
 def run_scenario_file(path: str, sysfs_root: str | None, out: TextIO) -> int:

@@ -8,11 +8,13 @@ exactly the same path. Rejections are data (`Decision.admitted = False`), not ex
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..config import Settings
 from .cpumanager.options import StaticPolicyOptions
+from .cpumanager.resize import ResizeDecision, refused
+from .cpumanager.resize import resize as resize_container
 from .cpumanager.state import EngineState
 from .cpumanager.static_policy import StaticPolicy, guaranteed_cpus, reserved_by_count
 from .cpuset import EMPTY, CPUSet
@@ -188,3 +190,24 @@ class Engine:
                   reason: str, message: str) -> Decision:
         return Decision(req.pod, req.container, False, False, EMPTY, (), self.policy.shared_pool(state), hint,
                         reason, message)
+
+    # -- in-place resize (engine only; see cpumanager/resize.py) ---------------------------------
+    def resize(self, state: EngineState, pod: str, container: str, qos: QoS | str,
+               cpu_request_milli: int | None, cpu_limit_milli: int | None) -> tuple[EngineState, ResizeDecision]:
+        """Apply a new CPU request/limit to an admitted container; refusals are data (state unchanged)."""
+        a = state.get(pod, container)
+        n = guaranteed_cpus(QoS.parse(qos), cpu_request_milli, cpu_limit_milli)
+        if a is not None and not a.exclusive and n > 0:
+            # shared -> exclusive is a fresh exclusive admission (topology manager included)
+            new_state, d = self.admit(state.with_changes(drop=a.key), AdmissionRequest(
+                pod, container, qos, cpu_request_milli or 0, cpu_limit_milli or 0, a.init, a.restartable))
+            if not d.admitted:
+                return state, refused(state, a, pod, container, AdmissionError(d.message, d.reason))
+            return new_state, ResizeDecision(pod, container, True, "to-exclusive", True, d.cpus, EMPTY, d.cpus,
+                                             EMPTY, d.shared, d.mems)
+        try:
+            new_state, rd = resize_container(self.policy, state, pod, container, qos, cpu_request_milli,
+                                             cpu_limit_milli, affinity_policy=self.manager.policy.value)
+        except AdmissionError as exc:
+            return state, refused(state, a, pod, container, exc)
+        return new_state, replace(rd, mems=self.mems_of(rd.cpus))

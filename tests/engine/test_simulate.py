@@ -151,7 +151,7 @@ def _with_op(i: int, **changes: Any) -> dict[str, Any]:
     ({"topology": TOPO, "config": {"cpu_manager": {"colour": 1}}, "ops": []}, "cpu_manager.colour: unknown key"),
     ({"topology": TOPO, "config": {"cpu_manager": {"reserved_cpus": "9"}}, "ops": []}, "not online"),
     ({"topology": TOPO, "config": [], "ops": []}, "scenario.config"),
-    (_with_op(0, op="resize"), "ops[0]: op must be 'create' or 'remove'"),
+    (_with_op(0, op="resize"), "ops[0]: op must be 'create', 'update' or 'remove'"),
     (_with_op(2, pod=None), "ops[2]: 'pod' must be a non-empty string"),
     (_with_op(1, container=""), "ops[1]: 'container' must be a non-empty string"),
     (_with_op(1, cpu_request_milli="2"), "ops[1]: 'cpu_request_milli' must be a non-negative integer"),
