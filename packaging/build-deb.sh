@@ -111,7 +111,7 @@ for link in "$stage$venv"/bin/python*; do
 done
 # Only the nri-pinner entry point: pyroute2's console scripts are not part of the product.
 find "$stage$venv/bin" -type f ! -name nri-pinner -delete
-rm -rf "$stage$venv/include"
+rm -rf "$stage$venv/include" "$stage$venv/.gitignore"   # python3.13's venv writes a .gitignore
 # Wheels ship data files with exec bits, and unstripped extension modules (what dh_strip does).
 find "$stage$venv/lib" -type f -perm /111 ! -name '*.so' -exec chmod a-x {} +
 find "$stage$venv/lib" -type f -name '*.so' -exec strip --strip-unneeded --remove-section=.comment \

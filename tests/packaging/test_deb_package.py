@@ -103,8 +103,14 @@ def root(base_root: Path, tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "root"
     subprocess.run(["cp", "-a", str(base_root), str(path)], check=True)
     add_systemd_shims(path)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    # This machine's /sys, read-only: `install` and the unit's pre-start check read the CPU topology.
+    (path / "sys").mkdir(exist_ok=True)
+    subprocess.run(["mount", "--bind", "-o", "ro", "/sys", str(path / "sys")], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path / "sys")], check=False)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -187,7 +193,11 @@ def test_files_are_where_the_unit_expects_them(installed_root: Path) -> None:
     # The unit's pre-start check passes on the shipped config, with the shipped venv.
     (pre,) = [ln.split("=", 1)[1] for ln in unit.splitlines() if ln.startswith("ExecStartPre=")]
     res = chroot(installed_root, *pre.split())
-    assert res.returncode == 0, res.stdout + res.stderr
+    assert (res.returncode, res.stdout, res.stderr) == (0, "", "")
+    # ... and fails with 2 (RestartPreventExitStatus) on a config `run` refuses on this host.
+    (installed_root / "tmp/bad.toml").write_text('[cpu_manager]\nreserved_cpus = "0,4095"\n')
+    res = chroot(installed_root, *pre.replace(config, "/tmp/bad.toml").split())
+    assert res.returncode == 2 and "/tmp/bad.toml:2:1: cpu_manager.reserved_cpus:" in res.stderr, res.stderr
     state = installed_root / "var/lib/nri-pinner"
     assert state.is_dir() and (state.stat().st_mode & 0o777) == 0o700
     assert os.readlink(installed_root / "usr/bin/nri-pinner") == "../lib/nri-pinner/venv/bin/nri-pinner"
