@@ -142,8 +142,8 @@ sed -e "s/@VERSION@/$version/" -e "s/@INSTALLED_SIZE@/$size_kib/" -e "s/@PYVER@/
     "$repo/packaging/deb/control.in" >"$stage/DEBIAN/control"
 find "$stage" -exec touch --no-dereference --date="@$SOURCE_DATE_EPOCH" {} +
 
-# 5. The package: owned by root whoever builds it; xz (the venv's .py/.pyc compress well).
-dpkg-deb --root-owner-group -Zxz --build "$stage" "$deb" >/dev/null
+# 5. The package: owned by root whoever builds it; gzip (xz saves 2 MB and costs a minute in CI).
+dpkg-deb --root-owner-group -Zgzip --build "$stage" "$deb" >/dev/null
 t3=$(date +%s)
 echo "== $deb ($(du -h "$deb" | cut -f1)): wheels $((t1 - t0)) s, venv $((t2 - t1)) s, dpkg-deb $((t3 - t2)) s" >&2
 echo "$deb"

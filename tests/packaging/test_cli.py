@@ -44,9 +44,14 @@ def test_status_without_a_plugin_says_what_to_do(tmp_path: Path, capsys: pytest.
     assert "UNAVAILABLE" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_closed_pipe_is_not_a_traceback() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "nri_pinner", "topology", "--sysfs", FIXTURE, "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+@pytest.mark.parametrize(
+    "argv",
+    [["topology", "--sysfs", FIXTURE, "--json"],
+     ["simulate", str(REPO / "tests" / "engine" / "scenarios" / "init-reuse.json")]],
+)
+def test_closed_pipe_is_not_a_traceback(argv: list[str]) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "nri_pinner", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # the reader is gone before the first byte is written (`| head -0`)
     err = proc.stderr.read().decode()
