@@ -19,7 +19,8 @@ EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_FAILURE: "failure at run time (the plugin stopped on an error, output could not be written, ...)",
     EXIT_USAGE: "usage or configuration error: bad arguments, an invalid config file, a refused install",
-    EXIT_NOT_CONNECTED: "status: the running plugin could not be reached",
+    EXIT_NOT_CONNECTED: "status: not connected (the plugin could not be reached, or it is not connected to the "
+                        "runtime's NRI socket: containers are created without its cpusets meanwhile)",
 }
 NOT_RUNNING_HINT = (
     "is nri-pinner running? systemctl status nri-pinner "
@@ -30,7 +31,8 @@ NOT_RUNNING_HINT = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nri-pinner", description=__doc__,
-        epilog="exit status: " + "; ".join(f"{k} {v.split(':')[0].split(' (')[0]}" for k, v in EXIT_CODES.items()),
+        epilog="exit status: 0 success, 1 failure, 2 usage or config error, 3 not connected (status); "
+               "see nri-pinner(1)",
     )
     parser.add_argument("--version", action="version", version=f"nri-pinner {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
