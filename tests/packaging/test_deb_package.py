@@ -283,7 +283,18 @@ def test_upgrade_from_previous_build_keeps_unit_and_restarts_it(
     assert (chroot(root, "dpkg", "-V", "nri-pinner").stdout, chroot(root, "nri-pinner", "--version").returncode) == (
         "", 0)
 
-    dpkg(root, "-i", str(deb))  # the same version again: the upgrade path between two new builds
+    dpkg(root, "-P", "nri-pinner")
+    assert not (root / WANTS).is_symlink(), "purge must remove the enablement"
+
+
+def test_upgrade_between_two_builds_of_this_scheme(installed_root: Path, deb: Path) -> None:
+    """Reinstalling is dpkg's upgrade path (prerm upgrade, unpack, postinst configure <old version>):
+    the running unit is not stopped, an enabled unit stays enabled, and it is try-restarted."""
+    root = installed_root
+    (root / WANTS).parent.mkdir(parents=True, exist_ok=True)
+    (root / WANTS).symlink_to("/lib/systemd/system/nri-pinner.service")  # `systemctl enable`
+    calls(root)
+    dpkg(root, "-i", str(deb))
     assert calls(root) == [
         "postinst: deb-systemd-helper debian-installed nri-pinner.service",
         "postinst: deb-systemd-helper unmask nri-pinner.service",
@@ -293,7 +304,9 @@ def test_upgrade_from_previous_build_keeps_unit_and_restarts_it(
         "postinst: systemctl --system daemon-reload",
         "postinst: deb-systemd-invoke try-restart nri-pinner.service",
     ]
-    assert "stop" not in " ".join(calls(root))
-
+    assert (root / WANTS).is_symlink()
+    verify = chroot(root, "dpkg", "-V", "nri-pinner")
+    assert (verify.returncode, verify.stdout) == (0, "")
+    assert list((root / VENV.lstrip("/")).rglob("nri_pinner/__pycache__/cli.*.pyc"))  # recompiled
     dpkg(root, "-P", "nri-pinner")
-    assert not (root / WANTS).is_symlink(), "purge must remove the enablement"
+    assert not (root / WANTS).is_symlink() and not (root / "usr/lib/nri-pinner").exists()
