@@ -4,20 +4,36 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 import sys
 from collections.abc import Sequence
 
 from . import __version__
 from .config import CONFIG_PATH
 
-
-def _add_sysfs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sysfs", metavar="ROOT", default=None,
-                   help="read /sys/devices/system under ROOT instead of the config's sysfs_root")
+# The documented exit statuses (README, man page): scripts and the systemd unit rely on them
+# (RestartPreventExitStatus=2: a bad config is not retried).
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NOT_CONNECTED = 0, 1, 2, 3
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_FAILURE: "failure at run time (the plugin stopped on an error, output could not be written, ...)",
+    EXIT_USAGE: "usage or configuration error: bad arguments, an invalid config file, a refused install",
+    EXIT_NOT_CONNECTED: "status: not connected (the plugin could not be reached, or it is not connected to the "
+                        "runtime's NRI socket: containers are created without its cpusets meanwhile)",
+}
+NOT_RUNNING_HINT = (
+    "is nri-pinner running? systemctl status nri-pinner "
+    "(pre-installed mode: journalctl -u containerd; DaemonSet: kubectl -n nri-pinner get pods)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nri-pinner", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="nri-pinner", description=__doc__,
+        epilog="exit status: 0 success, 1 failure, 2 usage or config error, 3 not connected (status); "
+               "see nri-pinner(1)",
+    )
     parser.add_argument("--version", action="version", version=f"nri-pinner {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -26,62 +42,122 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="show assignments, pools and a CPU map from a running plugin")
     status.add_argument("--socket", default=None, help="inspection socket (default: from the config)")
-    status.add_argument("--config", default=CONFIG_PATH)
+    status.add_argument("--config", default=CONFIG_PATH,
+                        help="config file whose [inspect] socket is used when --socket is not given "
+                             "(default: %(default)s)")
     status.add_argument("--json", action="store_true", help="print the raw JSON document")
 
     topo = sub.add_parser("topology", help="print the discovered CPU topology")
-    _add_sysfs(topo)
+    topo.add_argument("--sysfs", metavar="ROOT", default="/",
+                      help="read ROOT/sys/devices/system (default: %(default)s, this host; "
+                           "the config file is not read)")
     topo.add_argument("--json", action="store_true", help="JSON in the shape `simulate` reads")
 
     sim = sub.add_parser("simulate", help="dry-run a scenario of creates/removes on a node shape")
     sim.add_argument("scenario", help="scenario JSON file ('-' for stdin)")
-    _add_sysfs(sim)
+    sim.add_argument("--sysfs", metavar="ROOT", default=None,
+                     help="node shape from ROOT/sys/devices/system, for a scenario without a \"topology\" "
+                          "object (the scenario's own \"config\" is used; no config file or sysfs_root is read)")
 
     cfg = sub.add_parser("config", help="check a config file, or print the embedded defaults")
-    cfg.add_argument("--check", metavar="FILE", help="validate FILE and print the effective settings")
+    cfg.add_argument("--check", metavar="FILE",
+                     help="validate FILE as `run` would (every error, with its line) and print the effective "
+                          "settings as TOML")
     cfg.add_argument("--defaults", action="store_true", help="print the default config file")
+    cfg.add_argument("--json", action="store_true", help="with --check: print the effective settings as JSON")
+    cfg.add_argument("--quiet", action="store_true",
+                     help="with --check: print nothing when the file is valid (the systemd unit's pre-start check)")
+    cfg.add_argument("--no-host", action="store_true",
+                     help="with --check: skip the checks against this host (sysfs readable, reserved CPUs "
+                          "online, policy options); for a file meant for another node")
 
     inst = sub.add_parser("install", help="install as a pre-installed NRI plugin launched by containerd")
-    inst.add_argument("--plugin-dir", default="/opt/nri/plugins")
-    inst.add_argument("--index", default="90")
-    inst.add_argument("--config", default=CONFIG_PATH)
-    inst.add_argument("--uninstall", action="store_true")
+    inst.add_argument("--plugin-dir", default="/opt/nri/plugins", metavar="DIR",
+                      help="containerd's NRI plugin_path (default: %(default)s; "
+                           "under $NRI_PINNER_INSTALL_ROOT when that is set)")
+    inst.add_argument("--index", default="90", metavar="NN",
+                      help="two-digit NRI plugin index, the launcher's name prefix (default: %(default)s)")
+    inst.add_argument("--config", default=CONFIG_PATH,
+                      help="config file the launcher runs with; it must pass `config --check` "
+                           "(default: %(default)s)")
+    inst.add_argument("--uninstall", action="store_true",
+                      help="remove the launcher and the marker that keeps the systemd unit from starting")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "run":
-            from .service.app import run_from_config
-
-            return run_from_config(args.config)
-        if args.command == "status":
-            from .inspect_cli import status
-
-            return status(args.socket, args.config, as_json=args.json)
-        if args.command == "topology":
-            return _topology(args.sysfs or "/", as_json=args.json)
-        if args.command == "simulate":
-            from .simulate import run_scenario_file
-
-            return run_scenario_file(args.scenario, args.sysfs, sys.stdout)
-        if args.command == "config":
-            return _config(args.check, args.defaults)
-        if args.command == "install":
-            from .install import install
-
-            return install(args.plugin_dir, args.index, args.config, uninstall=args.uninstall)
+        return _dispatch(args)
     except KeyboardInterrupt:
         return 130
     except CLIError as exc:
         print(f"nri-pinner {args.command}: {exc}", file=sys.stderr)
-        return 2
-    return 2
+        return exc.status
+    except BrokenPipeError:
+        # The reader went away (`topology --json | head -1`): no traceback, and none at exit either
+        # when Python flushes stdout into the closed pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILURE
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        from .service.app import run_from_config
+
+        return run_from_config(args.config)
+    if args.command == "status":
+        from .inspect_cli import status
+
+        sock = _inspect_socket(args.socket, args.config)
+        _check_reachable(sock)
+        return status(sock, args.config, as_json=args.json)
+    if args.command == "topology":
+        return _topology(args.sysfs, as_json=args.json)
+    if args.command == "simulate":
+        from .simulate import run_scenario_file
+
+        return run_scenario_file(args.scenario, args.sysfs, sys.stdout)
+    if args.command == "config":
+        return _config(args.check, args.defaults, as_json=args.json, quiet=args.quiet, host=not args.no_host)
+    if args.command == "install":
+        from .install import install
+
+        return install(args.plugin_dir, args.index, args.config, uninstall=args.uninstall)
+    raise CLIError(f"unknown command {args.command!r}")
+
+
+def _inspect_socket(given: str | None, config_path: str) -> str:
+    if given is not None:
+        return given
+    from .config import ConfigError, InspectSettings, load_file
+
+    try:
+        return load_file(config_path).inspect.socket
+    except ConfigError:  # no readable config: the default socket is still worth a try
+        return InspectSettings().socket
+
+
+def _check_reachable(path: str) -> None:
+    """A plain connect() first: gRPC's own failure text (UNAVAILABLE: failed to connect to all
+    addresses...) does not tell an operator what to do."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2.0)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise CLIError(f"cannot reach the plugin at {path}: {reason}; {NOT_RUNNING_HINT}",
+                           EXIT_NOT_CONNECTED) from exc
 
 
 class CLIError(Exception):
-    """A user-facing failure: printed as one line, exit status 2."""
+    """A user-facing failure: printed as one line; exit status 2 (usage/config) unless told."""
+
+    def __init__(self, message: str, status: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _topology(root: str, as_json: bool) -> int:
@@ -100,20 +176,26 @@ def _topology(root: str, as_json: bool) -> int:
     return 0
 
 
-def _config(check: str | None, defaults: bool) -> int:
+def _config(check: str | None, defaults: bool, as_json: bool = False, quiet: bool = False,
+            host: bool = True) -> int:
     from importlib.resources import files
 
-    from .config import ConfigError, load_file
+    from .config import ConfigError
+    from .config.validate import check_file, to_json, to_toml
 
     if defaults or not check:
         sys.stdout.write(files("nri_pinner.config").joinpath("default.toml").read_text())
-        return 0
+        return EXIT_OK
     try:
-        settings = load_file(check)
+        settings = check_file(check, host=host)
     except ConfigError as exc:
-        raise CLIError(str(exc)) from exc
-    print(settings)
-    return 0
+        lines = str(exc).splitlines()
+        print("\n".join(lines), file=sys.stderr)
+        count = max(len(exc.problems), 1)
+        raise CLIError(f"{count} error{'s' if count > 1 else ''} in {check}; `nri-pinner run` would refuse it") from exc
+    if not quiet:
+        sys.stdout.write(to_json(settings) + "\n" if as_json else to_toml(settings))
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def status(socket: str | None, config_path: str, as_json: bool = False) -> int:
         doc = query(socket)
     except grpc.RpcError as exc:
         print(f"nri-pinner status: cannot reach the plugin at {socket}: {_rpc_error(exc)}", file=sys.stderr)
-        return 2
+        return NOT_CONNECTED  # unreachable is "not connected" too (documented exit status 3)
     if as_json:
         json.dump(doc, sys.stdout, indent=1)
         print()

@@ -200,6 +200,7 @@ def do_install(
         raise InstallError(f"index must be two digits (00-99), as NRI requires; got {index!r}")
     if not os.path.isabs(python) or not os.access(python, os.X_OK):
         raise InstallError(f"python interpreter {python!r} is not an executable absolute path")
+    _check_config(config)
     problems = _conflicts(paths)
     if problems:
         raise InstallError(
@@ -219,12 +220,27 @@ def do_install(
     _write_atomic(paths.marker, f"launcher={target}\n", 0o644)
     print(f"installed pre-installed NRI plugin launcher {target}", file=out)
     print(f"  runs: {python} -m nri_pinner run --config {config}", file=out)
-    if not config.is_file():
-        print(f"warning: {config} does not exist yet; create it (nri-pinner config --defaults)", file=out)
     hint = _log_file_hint(config)
     if hint:
         print(hint, file=out)
     print(ENABLE_NRI_HELP.format(plugin_dir=plugin_dir), file=out)
+
+
+def _check_config(config: Path) -> None:
+    """containerd discards a pre-installed plugin's output: a config `run` would refuse must be refused
+    here, where the operator sees why (the same checks as `run` and `config --check`)."""
+    from .config import ConfigError
+    from .config.validate import check_file
+
+    if not config.is_file():
+        raise InstallError(f"{config} does not exist: create it first (nri-pinner config --defaults > {config}), "
+                           f"then check it with `nri-pinner config --check {config}`")
+    try:
+        check_file(config)
+    except ConfigError as exc:
+        raise InstallError(f"not installing: the plugin would exit at once on this config, and containerd "
+                           f"discards its output:\n{exc}\nfix it, then check it with "
+                           f"`nri-pinner config --check {config}`") from exc
 
 
 def do_uninstall(plugin_dir: Path, index: str, paths: HostPaths, out: TextIO) -> None:
@@ -253,14 +269,16 @@ def install(
     """Install (or remove) the launcher ``<plugin_dir>/<index>-nri-pinner``; 0 on success, 2 on refusal."""
     out = out or sys.stdout
     err = err or sys.stderr
-    paths = paths or HostPaths.from_env()
+    plugins = Path(plugin_dir)
+    if paths is None:
+        paths = HostPaths.from_env()
+        if os.environ.get(ROOT_ENV):  # the whole host is redirected, the plugin directory too
+            plugins = paths.root / plugin_dir.lstrip("/")
     try:
         if uninstall:
-            do_uninstall(Path(plugin_dir), index, paths, out)
+            do_uninstall(plugins, index, paths, out)
         else:
-            do_install(
-                Path(plugin_dir), index, Path(os.path.abspath(config)), python or sys.executable, paths, out
-            )
+            do_install(plugins, index, Path(os.path.abspath(config)), python or sys.executable, paths, out)
     except InstallError as exc:
         print(f"nri-pinner install: {exc}", file=err)
         return 2

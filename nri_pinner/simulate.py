@@ -173,6 +173,8 @@ def run_scenario_file(path: str, sysfs_root: str | None, out: TextIO) -> int:
             print(f"nri-pinner simulate: note: {note}", file=sys.stderr)
         for result in run_ops(engine, scenario.get("ops", [])):
             out.write(json.dumps(result) + "\n")
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: the CLI ends quietly, this is not a scenario error
     except OSError as exc:
         print(f"nri-pinner simulate: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -1,8 +1,8 @@
 """Settings: the TOML config file parsed into validated, immutable settings."""
 
+from .problems import ConfigError, Problem
 from .settings import (
     CONFIG_PATH,
-    ConfigError,
     CPUManagerSettings,
     InspectSettings,
     LogSettings,
@@ -25,6 +25,7 @@ __all__ = [
     "LogSettings",
     "MetricsSettings",
     "NRISettings",
+    "Problem",
     "ReconcileSettings",
     "Settings",
     "StateSettings",

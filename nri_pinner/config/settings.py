@@ -1,4 +1,7 @@
-"""TOML config → frozen settings. Unknown keys and bad values are errors naming file, key and reason.
+"""TOML config → frozen settings. Unknown keys and bad values are errors naming file, line, key and
+reason; every error of a file is reported at once (see problems.py; validate.py adds the host checks).
+To add a key: read it with the section's `_Reader` (`get`/`choice`/`names`, or `report` for a check of
+your own) — that is the one path `config --check`, `run`, `install` and the unit's pre-start check share.
 
 Every key and its default is listed in the README ("Configuration reference"); `nri-pinner config
 --defaults` prints the embedded default file, which is the same table in TOML.
@@ -6,6 +9,7 @@ Every key and its default is listed in the README ("Configuration reference"); `
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -14,6 +18,8 @@ from typing import Any, TypeVar
 
 from ..engine.cpuset import CPUSet, CPUSetError
 from .policy_options import MIN_MAX_ALLOWABLE_NUMA_NODES, parse_option_table
+from .positions import key_positions, locate
+from .problems import ConfigError, Problem, did_you_mean
 
 CONFIG_PATH = "/etc/nri-pinner/config.toml"
 
@@ -34,10 +40,6 @@ NOT_IMPLEMENTED = {
     ("hints", "providers", "devices"): "device hints are not implemented yet",
     ("hints", "providers", "nics"): "NIC hints are not implemented yet",
 }
-
-
-class ConfigError(ValueError):
-    """A config file that cannot be used; the message names the file, the key and the reason."""
 
 
 @dataclass(frozen=True)
@@ -122,16 +124,27 @@ T = TypeVar("T")
 
 
 class _Reader:
-    """Pops typed keys out of one table, so leftovers are exactly the unknown keys."""
+    """Pops typed keys out of one table, so leftovers are exactly the unknown keys. A bad value is
+    reported (shared list, all sections) and replaced by its default, so parsing goes on."""
 
-    def __init__(self, source: str, section: str, table: Mapping[str, Any]) -> None:
+    def __init__(self, source: str, section: str, table: Mapping[str, Any],
+                 problems: list[Problem] | None = None) -> None:
         self.source, self.section, self.table = source, section, dict(table)
+        self.problems: list[Problem] = [] if problems is None else problems
+        self.known: set[str] = set()  # every key asked for: the "did you mean" candidates
+
+    def _problem(self, key: str, reason: str) -> Problem:
+        return Problem(self.source, (*self.section.split("."), key) if self.section else (key,), reason)
+
+    def report(self, key: str, reason: str) -> None:
+        self.problems.append(self._problem(key, reason))
 
     def fail(self, key: str, reason: str) -> ConfigError:
-        where = f"{self.section}.{key}" if self.section else key
-        return ConfigError(f"{self.source}: {where}: {reason}")
+        """For a check that cannot go on: raise it; the problems found so far are kept."""
+        return ConfigError([*self.problems, self._problem(key, reason)])
 
     def get(self, key: str, kind: type[T], default: T, check: Callable[[T], str | None] | None = None) -> T:
+        self.known.add(key)
         if key not in self.table:
             return default
         value = self.table.pop(key)
@@ -139,49 +152,53 @@ class _Reader:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value, ok = float(value), True
         if not ok:
-            raise self.fail(key, f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+            self.report(key, f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+            return default
         if check is not None and (problem := check(value)):
-            raise self.fail(key, problem)
+            self.report(key, problem)
+            return default
         return value  # type: ignore[no-any-return]
 
     def choice(self, key: str, default: str, allowed: tuple[str, ...]) -> str:
         return self.get(key, str, default, lambda v: None if v in allowed else
-                        f"must be one of {', '.join(allowed)}; got {v!r}")
+                        f"must be one of {', '.join(allowed)}; got {v!r}{did_you_mean(v, allowed)}")
 
     def names(self, key: str, allowed: tuple[str, ...], default: tuple[str, ...] = ()) -> tuple[str, ...]:
         raw = self.get(key, list, list(default))
         out: list[str] = []
         for item in raw:
             if not isinstance(item, str):
-                raise self.fail(key, f"entries must be strings; got {item!r}")
-            planned = NOT_IMPLEMENTED.get((self.section, key, item))
-            if planned:
-                raise self.fail(key, f"{item!r}: {planned}")
-            if item not in allowed:
-                raise self.fail(key, f"unknown value {item!r}; known: {', '.join(allowed)}")
-            if item in out:
-                raise self.fail(key, f"{item!r} listed twice")
-            out.append(item)
+                self.report(key, f"entries must be strings; got {item!r}")
+            elif planned := NOT_IMPLEMENTED.get((self.section, key, item)):
+                self.report(key, f"{item!r}: {planned}")
+            elif item not in allowed:
+                self.report(key, f"unknown value {item!r}{did_you_mean(item, allowed)}; known: {', '.join(allowed)}")
+            elif item in out:
+                self.report(key, f"{item!r} listed twice")
+            else:
+                out.append(item)
         return tuple(out)
 
     def options(self, key: str, allowed: tuple[str, ...], integers: tuple[str, ...] = ()
                 ) -> tuple[frozenset[str], dict[str, int]]:
         """A list of option names, or the kubelet's table of name = "value" (see policy_options)."""
+        self.known.add(key)
         raw = self.table.get(key, [])
         if not isinstance(raw, Mapping):
             names = self.names(key, allowed + integers)
-            if needs := [n for n in names if n in integers]:
-                raise self.fail(key, f'{needs[0]!r} takes a value: write {key} = {{ {needs[0]} = "N" }}')
-            return frozenset(names), {}
+            for need in (n for n in names if n in integers):
+                self.report(key, f'{need!r} takes a value: write {key} = {{ {need} = "N" }}')
+            return frozenset(n for n in names if n not in integers), {}
         self.table.pop(key)
         try:
             return parse_option_table(raw, allowed, integers)
         except ValueError as exc:
-            raise self.fail(key, str(exc)) from exc
+            self.report(key, str(exc))
+            return frozenset(), {}
 
     def done(self) -> None:
-        if self.table:
-            raise self.fail(sorted(self.table)[0], "unknown key")
+        for key in sorted(self.table):
+            self.report(key, "unknown key" + did_you_mean(key, self.known))
 
 
 def _non_negative(v: float) -> str | None:
@@ -192,8 +209,22 @@ def load(text: str, source: str = "<config>") -> Settings:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
-    return _parse(data, source)
+        raise ConfigError([_syntax_problem(source, text, exc)]) from None
+    try:
+        return _parse(data, source)
+    except ConfigError as exc:  # add each key's line and column
+        where = key_positions(text)
+        located = [p.at(*(locate(where, p.path) or (None, None))) for p in exc.problems]
+        raise ConfigError(sorted(located, key=lambda p: (p.line or 0, p.column or 0))) from None
+
+
+def _syntax_problem(source: str, text: str, exc: tomllib.TOMLDecodeError) -> Problem:
+    found = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+    message = re.sub(r"\s*\((at line \d+, column \d+|at end of document)\)", "", str(exc))
+    if found:
+        return Problem(source, (), f"not valid TOML: {message}", int(found.group(1)), int(found.group(2)))
+    lines = text.splitlines() or [""]  # "at end of document"
+    return Problem(source, (), f"not valid TOML: {message} (at end of file)", len(lines), len(lines[-1]) + 1)
 
 
 def from_mapping(data: Mapping[str, Any], source: str = "<config>") -> Settings:
@@ -214,7 +245,7 @@ def load_file(path: str | Path) -> Settings:
 
 def _section(root: _Reader, name: str) -> _Reader:
     table = root.get(name, dict, {})
-    return _Reader(root.source, name, table)
+    return _Reader(root.source, name, table, root.problems)
 
 
 def _parse(data: Mapping[str, Any], source: str) -> Settings:
@@ -228,10 +259,11 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
     try:
         reserved = CPUSet.parse(reserved_text) if reserved_text.strip() else None
     except CPUSetError as exc:
-        raise r.fail("reserved_cpus", str(exc)) from exc
+        r.report("reserved_cpus", str(exc))
+        reserved = None
     count = r.get("reserved_cpu_count", int, 0, lambda v: _non_negative(v))
     if reserved is not None and count:
-        raise r.fail("reserved_cpu_count", "set either reserved_cpus or reserved_cpu_count, not both")
+        r.report("reserved_cpu_count", "set either reserved_cpus or reserved_cpu_count, not both")
     cpu = CPUManagerSettings(
         reserved_cpus=reserved, reserved_cpu_count=count,
         policy_options=r.options("policy_options", CPU_POLICY_OPTIONS)[0],
@@ -254,7 +286,7 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
     r = _section(root, "hints")
     hints = HintSettings(providers=r.names("providers", HINT_PROVIDERS, ("cpu",)))
     if "cpu" not in hints.providers:
-        raise r.fail("providers", "the 'cpu' provider cannot be turned off")
+        r.report("providers", "the 'cpu' provider cannot be turned off")
     r.done()
 
     r = _section(root, "nri")
@@ -308,6 +340,8 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
     )
     r.done()
     root.done()
+    if root.problems:
+        raise ConfigError(root.problems)
     return Settings(sysfs_root=sysfs_root, cpu_manager=cpu, topology_manager=topo, hints=hints, nri=nri,
                     reconcile=rec, state=state, inspect=inspect, metrics=metrics, log=log)
 

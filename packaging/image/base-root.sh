@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Make (once) and print the path of a minimal Debian bookworm root with python3, the root the
+# Make (once) and print the path of a minimal Debian root (bookworm, or $NRI_PINNER_SUITE) with python3, the root the
 # image and the packaging tests install the .deb into. Cached under $NRI_PINNER_BUILD_DIR
 # (default <repo>/build/packaging): a complete root is reused, so CI pays debootstrap only once.
 # Usage: packaging/image/base-root.sh   (prints the root's path on the last line of stdout)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build_dir=${NRI_PINNER_BUILD_DIR:-$repo/build/packaging}
-suite=bookworm
+suite=${NRI_PINNER_SUITE:-bookworm}  # bookworm | trixie (the suite the .deb is built for)
 # python3 is the .deb's only runtime dependency; python3-venv is not needed (the venv is made
 # with --without-pip and populated by the pip wheel shipped in the .deb).
 include=python3,ca-certificates

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,7 @@ def test_full_file_parses_every_section() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("bogus = 1", "cfg.toml: bogus: unknown key"),
+        ("bogus = 1", "bogus: unknown key"),
         ("[cpu_manager]\nreserved = '0'", "cpu_manager.reserved: unknown key"),
         ("[cpu_manager]\nreserved_cpus = '3-1'", "cpu_manager.reserved_cpus: range '3-1'"),
         ("[cpu_manager]\nreserved_cpus = '0'\nreserved_cpu_count = 2", "not both"),
@@ -74,7 +75,7 @@ def test_bad_config_names_file_key_and_reason(text: str, expected: str) -> None:
     with pytest.raises(ConfigError) as info:
         load(text, "cfg.toml")
     assert expected in str(info.value)
-    assert str(info.value).startswith("cfg.toml: ")
+    assert re.match(r"cfg\.toml:\d+:\d+: ", str(info.value)), str(info.value)  # file:line:column:
 
 
 def test_load_file_reports_unreadable_path(tmp_path: Path) -> None:

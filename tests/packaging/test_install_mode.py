@@ -153,10 +153,34 @@ def test_refuses_to_overwrite_a_foreign_file_and_bad_input(host: Path) -> None:
 
 def test_cli_reaches_install(host: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("NRI_PINNER_INSTALL_ROOT", str(host))
-    plugins = host / "plugins"
-    assert main(["install", "--plugin-dir", str(plugins), "--index", "55", "--config", str(host / "config.toml")]) == 0
-    launcher = plugins / "55-nri-pinner"
+    # --plugin-dir is under NRI_PINNER_INSTALL_ROOT like every host path (the default included: an
+    # earlier version wrote into this machine's /opt/nri/plugins from a test).
+    assert main(["install", "--plugin-dir", "/plugins", "--index", "55", "--config", str(host / "config.toml")]) == 0
+    launcher = host / "plugins" / "55-nri-pinner"
     assert SIGNATURE in launcher.read_text() and os.access(launcher, os.X_OK)
-    assert main(["install", "--plugin-dir", str(plugins), "--uninstall"]) == 0
+    assert main(["install", "--plugin-dir", "/plugins", "--uninstall"]) == 0
     assert not launcher.exists()
+    assert main(["install", "--index", "56", "--config", str(host / "config.toml")]) == 0
+    assert (host / "opt/nri/plugins/56-nri-pinner").exists()
     capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (None, "does not exist: create it first"),
+        ("[cpu_manager]\nreserved_cpus = 'x'\nbogus = 1\n", "config.toml:2:1: cpu_manager.reserved_cpus"),
+        ("[cpu_manager]\nreserved_cpus = '0,4095'\n", "not online"),
+        ("[cpu_manager\n", "not valid TOML"),
+    ],
+)
+def test_refuses_a_config_that_run_would_refuse_before_writing(host: Path, config: str | None, expected: str) -> None:
+    """containerd discards the plugin's output: a bad config must stop install, not the plugin later."""
+    path = host / "config.toml"
+    if config is None:
+        path.unlink()
+    else:
+        path.write_text(config)
+    rc, _, err = run_install(host)
+    assert rc == 2 and expected in err, err
+    assert not (host / "plugins").exists() and not HostPaths(host).marker.exists()

@@ -33,6 +33,12 @@ def test_unit_runs_the_packaged_daemon_with_the_packaged_config() -> None:
         "/usr/lib/nri-pinner/venv/bin/nri-pinner run --config /etc/nri-pinner/config.toml"
     ]
     assert unit_values("Restart") == ["on-failure"]
+    # A bad config is reported once by the pre-start check (every error, with lines) and not retried:
+    # exit status 2 is the CLI's documented usage/config error.
+    assert unit_values("ExecStartPre") == [
+        "/usr/lib/nri-pinner/venv/bin/nri-pinner config --check /etc/nri-pinner/config.toml --quiet"
+    ]
+    assert unit_values("RestartPreventExitStatus") == ["2"]
     assert unit_values("After") == ["containerd.service"] and unit_values("Wants") == ["containerd.service"]
     assert unit_values("StateDirectory") == ["nri-pinner"] and unit_values("RuntimeDirectory") == ["nri-pinner"]
     assert unit_values("CapabilityBoundingSet") == [""]
@@ -43,7 +49,8 @@ def test_unit_runs_the_packaged_daemon_with_the_packaged_config() -> None:
 @needs_analyze
 def test_systemd_analyze_verify_is_clean(tmp_path: Path) -> None:
     """Verify in a scratch root holding this machine's unit files, the unit, and an executable at the
-    ExecStart path (the real one is checked in the installed root by test_deb_package)."""
+    ExecStart path (the real one is checked in the installed root by test_deb_package). --man=no: the
+    man:nri-pinner(1) reference is shipped by the package (test_deb_package), not installed here."""
     if not (SYSTEMD_UNIT_DIR / "sysinit.target").exists():
         pytest.skip(f"{SYSTEMD_UNIT_DIR} has no sysinit.target to verify against")
     shutil.copytree(SYSTEMD_UNIT_DIR, tmp_path / "usr/lib/systemd/system", symlinks=True)
@@ -54,7 +61,8 @@ def test_systemd_analyze_verify_is_clean(tmp_path: Path) -> None:
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
     res = subprocess.run(
-        [str(analyze), "verify", f"--root={tmp_path}", UNIT.name], capture_output=True, text=True, check=False
+        [str(analyze), "verify", "--man=no", f"--root={tmp_path}", UNIT.name],
+        capture_output=True, text=True, check=False,
     )
     assert (res.returncode, res.stdout + res.stderr) == (0, "")
 

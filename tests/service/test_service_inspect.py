@@ -69,7 +69,7 @@ async def test_status_over_the_inspection_socket(workdir: Path, capsys: pytest.C
 
 def test_status_on_a_dead_socket_fails_with_one_line(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sock = str(workdir / "gone.sock")
-    assert cli.main(["status", "--socket", sock]) == 2
+    assert cli.main(["status", "--socket", sock]) == 3  # not connected (documented exit code)
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.splitlines()

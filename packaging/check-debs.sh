@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Build, lint and test the .deb of every supported Debian suite (CI, through pytest, builds and
+# tests bookworm only, to keep .ci/run short). Needs root; lintian is installed on first use.
+# Usage: packaging/check-debs.sh [suite...]   (default: bookworm trixie)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+suites=("$@")
+[ ${#suites[@]} -gt 0 ] || suites=(bookworm trixie)
+command -v lintian >/dev/null || apt-get install -y -q lintian >&2
+py=$repo/.venv/bin/python
+[ -x "$py" ] || "$repo/scripts/bootstrap-venv"
+for suite in "${suites[@]}"; do
+    echo "== $suite: build"
+    deb=$(NRI_PINNER_SUITE=$suite "$repo/packaging/build-deb.sh" | tail -n1)
+    echo "== $suite: lintian $deb"
+    lintian --tag-display-limit 0 --fail-on error,warning "$deb" || { echo "lintian failed for $suite" >&2; exit 1; }
+    echo "   (clean; overridden, each with its reason in packaging/deb/lintian-overrides:)"
+    lintian --tag-display-limit 0 --show-overrides "$deb" 2>/dev/null | sed -n 's/^O: /   /p' || true
+    echo "== $suite: install / upgrade / remove / purge in a clean $suite root"
+    NRI_PINNER_SUITE=$suite "$py" -m pytest -q -p no:cacheprovider "$repo/tests/packaging/test_deb_package.py"
+done
