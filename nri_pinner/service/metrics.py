@@ -23,6 +23,8 @@ class Metrics:
                                          ["path"], registry=r)
         self.late_replies = Counter("nri_pinner_late_handler_replies",
                                     "Handlers cut off at the budget (fallback answered)", ["method"], registry=r)
+        self.bad_input = Counter("nri_pinner_bad_input", "Container data that could not be read (create refused, "
+                                 "or the container kept on the shared pool at Synchronize)", ["source"], registry=r)
         self.runtime = Info("nri_pinner_runtime", "The container runtime we are connected to", registry=r)
 
     def serve(self, address: str, port: int) -> None:
