@@ -79,7 +79,7 @@ def test_short_writes_are_retried_until_the_whole_file_is_written(
         calls.append(len(data))
         return real_write(fd, bytes(data[:7]))
 
-    monkeypatch.setattr(checkpoint.os, "write", short_write)
+    monkeypatch.setattr(os, "write", short_write)
     cp = tmp_path / "cp.json"
     checkpoint.write(cp, BIG_BODY)
     monkeypatch.undo()
