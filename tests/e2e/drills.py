@@ -40,7 +40,8 @@ class Figures:
     ops: int = 0
     truth_checks: int = 0
     created_while_down: int = 0
-    resync_s: list[float] = field(default_factory=list)  # plugin start (or containerd restart) -> synchronized
+    resync_s: list[float] = field(default_factory=list)  # plugin start -> synchronized
+    containerd_resync_s: list[float] = field(default_factory=list)  # containerd restart -> re-registered, synced
     repair_s: list[float] = field(default_factory=list)  # restart -> truth holds (down-created repaired)
     hostile: list[str] = field(default_factory=list)
     bad_annotations: int = 0
@@ -56,9 +57,9 @@ class Figures:
             f"e2e: drills containerd {self.runtime}: {self.kills} kill -9 of the plugin during {self.ops} lifecycle "
             f"ops, {self.created_while_down} containers created while it was down, {self.truth_checks} truth checks "
             f"passed ({self.exclusive_seen} with an exclusive container): nothing lost, nothing doubled",
-            f"e2e: drills containerd {self.runtime}: resynchronized after {len(self.resync_s)} plugin/containerd "
-            f"restarts ({self.restarts} containerd restarts): {worst(self.resync_s)}; truth restored "
-            f"{worst(self.repair_s)}",
+            f"e2e: drills containerd {self.runtime}: plugin start to synchronized ({len(self.resync_s)} starts) "
+            f"{worst(self.resync_s)}; {self.restarts} containerd restarts to re-registered and synchronized "
+            f"{worst(self.containerd_resync_s)}; truth restored {worst(self.repair_s)}",
             f"e2e: drills containerd {self.runtime}: hostile checkpoints survived: {', '.join(self.hostile) or '-'}; "
             f"{self.bad_annotations} bad-annotation pods (plugin up and down) never failed Synchronize",
             f"e2e: drills containerd {self.runtime}: inspection flood of {self.flood_calls} status calls (100 "
@@ -218,7 +219,7 @@ class Drill:
             started = time.monotonic()
             self.rt.restart()
             assert wait_for(lambda b=before: self.registered_again(b), timeout=30, interval=0.02), self.log_tail()
-            self.fig.resync_s.append(time.monotonic() - started)
+            self.fig.containerd_resync_s.append(time.monotonic() - started)
             self.fig.restarts += 1
             self.check_truth()
             self.fig.repair_s.append(time.monotonic() - started)
