@@ -44,3 +44,25 @@ def test_pods_whose_containers_exit_on_their_own_are_removed_in_the_kubelets_ord
         assert wait_for(lambda: containerd.cgroup_cpuset(b) == "0-1", timeout=20, interval=0.005)
         containerd.remove_pod(short, stop_timeout_s=2)
     containerd.remove_pod(burst)
+
+
+def test_guaranteed_container_created_while_down_is_pinned_when_cpus_free_up(containerd: PrivateContainerd) -> None:
+    """Defect 3 on a real runtime: B (Guaranteed) starts while the plugin is down and CPU 1 is A's; at
+    the restart B waits on the shared pool; when A goes, B gets CPU 1 (cgroup and the process itself)."""
+    workdir = Path(tempfile.mkdtemp(prefix="repin-", dir="/tmp"))
+    pinner = start_pinner(containerd, workdir)
+    a = containerd.run_pod("guaranteed", 1000, 1000)
+    assert pinner.assignment(a.container_ids[0])["cpus"] == "1"
+    pinner.process.proc.kill()
+    pinner.stop()
+    b = containerd.run_pod("guaranteed", 1000, 1000)
+    (bid,) = b.container_ids
+    pinner = start_pinner(containerd, workdir)
+    assert wait_for(lambda: containerd.cgroup_cpuset(bid) == "0", timeout=20)  # shared pool while it waits
+    assert not pinner.assignment(bid)["exclusive"]
+    containerd.remove_pod(a, stop_timeout_s=2)
+    assert wait_for(lambda: pinner.assignment(bid)["exclusive"] and containerd.cgroup_cpuset(bid) == "1", timeout=20)
+    assert wait_for(lambda: containerd.cpus_allowed_list(bid) == "1", timeout=5)
+    print(f"e2e: containerd {containerd.version}: a Guaranteed container created while the plugin was down "
+          "waited on the shared pool and was pinned to CPU 1 when it freed up")
+    containerd.remove_pod(b, stop_timeout_s=2)
