@@ -311,8 +311,9 @@ class Drill:
             self.pinner = None
 
 
-BAD_ANNOTATIONS = [("nri-pinner.io/cpu.c0", "inf"), ("nri-pinner.io/exclusive-cpus.c0", "\u00b2"),
-                   ("nri-pinner.io/cpu.c0", "abc")]
+# the values of issue 20's defect 1, each once
+BAD_ANNOTATIONS = [("nri-pinner.io/cpu.c0", "abc"), ("nri-pinner.io/cpu.c0", "inf"), ("nri-pinner.io/cpu.c0", "-1"),
+                   ("nri-pinner.io/exclusive-cpus.c0", "0"), ("nri-pinner.io/exclusive-cpus.c0", "\u00b2")]
 
 
 # -- hostile checkpoints: each spoils the file (or its directory) for one plugin start ---------------------
@@ -375,6 +376,13 @@ def dangling_symlink(cp: Path, d: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def symlink_to_device(cp: Path, _d: Path) -> Iterator[None]:
+    cp.unlink(missing_ok=True)
+    cp.symlink_to("/dev/zero")  # read whole, it would never end
+    yield
+
+
+@contextlib.contextmanager
 def _tmpfs(d: Path, options: str) -> Iterator[None]:
     """A small tmpfs over the state directory; the existing checkpoint is copied onto it."""
     data = d.joinpath("checkpoint.json").read_bytes() if d.joinpath("checkpoint.json").is_file() else b""
@@ -409,6 +417,7 @@ def disk_full(_cp: Path, d: Path) -> Iterator[None]:
 HOSTILE: dict[str, Spoil] = {
     "truncated": truncated, "random-bytes": random_bytes, "wrong-checksum": wrong_checksum,
     "other-node-shape": other_node, "hostile-values": hostile_values, "dangling-symlink": dangling_symlink,
+    "symlink-to-dev-zero": symlink_to_device,
     "read-only-dir": read_only_dir, "disk-full": disk_full,
 }
 
