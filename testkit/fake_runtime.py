@@ -98,6 +98,7 @@ class FakeRuntime:
         sync_chunk: tuple[int, int] | None = None,
         forbid_unsolicited_updates: bool | None = None,
         failing_update_ids: Iterable[str] = (),
+        erroring_update_ids: Iterable[str] = (),
         logger: Any = None,
     ) -> None:
         self.profile = profile
@@ -111,7 +112,8 @@ class FakeRuntime:
             announced = versions.parse_version(profile.nri_version)
             forbid_unsolicited_updates = not versions.safe_unsolicited_updates(announced)
         self.forbid_unsolicited_updates = forbid_unsolicited_updates
-        self.failing_update_ids = frozenset(failing_update_ids)
+        self.failing_update_ids = frozenset(failing_update_ids)  # reported in `failed`
+        self.erroring_update_ids = frozenset(erroring_update_ids)  # the whole call answers an error status
         self.log = KvLogger(logger, "testkit.fake_runtime")
         self.plugins: list[PluginConnection] = []
         self._handshakes: asyncio.Queue[PluginConnection] = asyncio.Queue()

@@ -127,6 +127,9 @@ class PluginConnection:
                             plugin=self.label, nri=self.profile.nri_version or self.profile.label)
             return Reply(code=UNKNOWN, message="unsolicited UpdateContainers forbidden by the fake runtime")
         self.updates.append(req)
+        for u in req.update:  # containerd fails the whole call when one container cannot be updated
+            if u.container_id in self.runtime.erroring_update_ids:
+                return Reply(code=UNKNOWN, message=f"failed to update container {u.container_id}: not found")
         failed = [u for u in req.update if u.container_id in self.runtime.failing_update_ids]
         return Reply(api.UpdateContainersResponse(failed=failed).SerializeToString())
 

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+# The kernel's largest NR_CPUS (CONFIG_NR_CPUS_RANGE_END): no CPU id read from input can reach it.
+# Bounding ids keeps a hostile "0-999999999" from costing seconds and a gigabyte of mask.
+MAX_CPUS = 8192
+
 
 class CPUSetError(ValueError):
-    """A CPU list string that does not follow the kernel's list syntax."""
+    """A CPU list string that does not follow the kernel's list syntax, or an id >= MAX_CPUS."""
 
 
 class CPUSet:
@@ -21,6 +25,8 @@ class CPUSet:
         for cpu in cpus:
             if cpu < 0:
                 raise CPUSetError(f"negative CPU id {cpu}")
+            if cpu >= MAX_CPUS:
+                raise CPUSetError(f"CPU id {cpu} out of range (limit {MAX_CPUS - 1})")
             mask |= 1 << cpu
         self._mask = mask
 
@@ -28,9 +34,9 @@ class CPUSet:
     def from_mask(cls, mask: int) -> CPUSet:
         if mask < 0:
             raise CPUSetError("negative mask")
-        s = cls.__new__(cls)
-        s._mask = mask
-        return s
+        if mask >> MAX_CPUS:
+            raise CPUSetError(f"mask names a CPU id above {MAX_CPUS - 1}")
+        return _of(mask)
 
     @classmethod
     def parse(cls, text: str) -> CPUSet:
@@ -51,7 +57,7 @@ class CPUSet:
             if hi < lo:
                 raise CPUSetError(f"range {token!r} ends before it starts (CPU list {text!r})")
             mask |= ((1 << (hi - lo + 1)) - 1) << lo
-        return cls.from_mask(mask)
+        return _of(mask)
 
     # -- queries -----------------------------------------------------------
     @property
@@ -90,16 +96,16 @@ class CPUSet:
 
     # -- algebra -----------------------------------------------------------
     def __or__(self, other: CPUSet) -> CPUSet:
-        return CPUSet.from_mask(self._mask | other._mask)
+        return _of(self._mask | other._mask)
 
     def __and__(self, other: CPUSet) -> CPUSet:
-        return CPUSet.from_mask(self._mask & other._mask)
+        return _of(self._mask & other._mask)
 
     def __sub__(self, other: CPUSet) -> CPUSet:
-        return CPUSet.from_mask(self._mask & ~other._mask)
+        return _of(self._mask & ~other._mask)
 
     def __xor__(self, other: CPUSet) -> CPUSet:
-        return CPUSet.from_mask(self._mask ^ other._mask)
+        return _of(self._mask ^ other._mask)
 
     union = __or__
     intersection = __and__
@@ -135,9 +141,24 @@ def _fmt(lo: int, hi: int) -> str:
 
 def _parse_id(s: str, token: str, text: str) -> int:
     s = s.strip()
-    if not s.isdigit():  # rejects "", "a", "-1", "+1", "1.5"
-        raise CPUSetError(f"bad CPU id {s!r} in {token!r} (CPU list {text!r})")
+    # isdigit() alone accepts "²" and other digits int() refuses; ASCII only
+    if not (s.isascii() and s.isdigit()):  # rejects "", "a", "-1", "+1", "1.5", "²"
+        raise CPUSetError(f"bad CPU id {s[:20]!r} in {_cut(token)!r} (CPU list {_cut(text)!r})")
+    if len(s) > 5 or int(s) >= MAX_CPUS:  # checked before any mask is built
+        raise CPUSetError(f"CPU id {_cut(s)} out of range (limit {MAX_CPUS - 1}) in CPU list {_cut(text)!r}")
     return int(s)
 
 
-EMPTY = CPUSet.from_mask(0)
+def _cut(text: str, limit: int = 60) -> str:
+    """Hostile input can be megabytes long: errors quote its start."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _of(mask: int) -> CPUSet:
+    """A set from a mask already known to be in range (algebra on valid sets)."""
+    s = CPUSet.__new__(CPUSet)
+    s._mask = mask
+    return s
+
+
+EMPTY = _of(0)

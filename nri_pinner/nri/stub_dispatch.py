@@ -166,7 +166,10 @@ class Dispatcher:
             return False, None
         except Exception as exc:
             self.stats.bump("handler_errors")
-            self._log.error("handler failed", handler=label, error=repr(exc))
+            if getattr(exc, "refusal", False):  # the plugin said no on purpose: a decision, not a fault
+                self._log.info("handler refused the request", handler=label, reason=str(exc))
+            else:
+                self._log.error("handler failed", handler=label, error=repr(exc))
             raise HandlerFailed(f"{label}: {exc}") from exc
 
     def _fallback(self, label: str, args: tuple[Any, ...]) -> Any:

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..engine.cpuset import MAX_CPUS
 from ..engine.qos import QoS
 
 GUARANTEED, BURSTABLE, BESTEFFORT, UNMANAGED = QoS.GUARANTEED, QoS.BURSTABLE, QoS.BEST_EFFORT, QoS.UNMANAGED
@@ -82,16 +83,39 @@ def qos_from_cgroup_parent(parent: str) -> QoS:
     return GUARANTEED
 
 
+# ASCII digits only: "inf", "nan", "1e999", "²" and 5000-digit numbers never reach int()/float()
+_QUANTITY = re.compile(r"([0-9]{0,7})(?:\.([0-9]{1,9}))?|([0-9]{1,10})m", re.ASCII)
+MAX_MILLI = MAX_CPUS * 1000  # no node has more CPUs than the kernel's NR_CPUS ceiling
+
+
+def quoted(value: str, limit: int = 40) -> str:
+    """A hostile value, quoted and cut short for messages."""
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + "..."
+
+
 def parse_cpu_quantity(text: str) -> int:
     """Kubernetes CPU quantity → millicores: "2", "0.5", "1500m"."""
     t = text.strip()
-    try:
-        value = int(t[:-1]) if t.endswith("m") else round(float(t) * 1000)
-    except ValueError:
-        raise IntentError(f"bad CPU quantity {text!r}") from None
-    if value < 0:
-        raise IntentError(f"negative CPU quantity {text!r}")
+    if t.startswith("-") and _QUANTITY.fullmatch(t[1:]):
+        raise IntentError(f"negative CPU quantity {quoted(text)}")
+    m = _QUANTITY.fullmatch(t)
+    if m is None or t in ("", "."):
+        raise IntentError(f"bad CPU quantity {quoted(text)} (expected e.g. 2, 0.5 or 1500m)")
+    whole, fraction, milli = m.groups()
+    if milli is not None:
+        value = int(milli)
+    else:  # "0.0005" rounds as float() did, without float()
+        value = int(whole or "0") * 1000 + (int((fraction or "0").ljust(9, "0")) + 500_000) // 1_000_000
+    if value > MAX_MILLI:
+        raise IntentError(f"CPU quantity {quoted(text)} exceeds {MAX_CPUS} CPUs")
     return value
+
+
+def parse_exclusive_cpus(text: str) -> int:
+    t = text.strip()
+    if not (t.isascii() and t.isdigit()) or len(t) > 5 or not 1 <= int(t) <= MAX_CPUS:
+        raise IntentError(f"must be a positive integer (1 to {MAX_CPUS} CPUs); got {quoted(text)}")
+    return int(t)
 
 
 def _opt(msg: Any, field: str) -> int:
@@ -121,19 +145,26 @@ def intent_from_nri(pod: Any, container: Any) -> ContainerIntent:
         # Guaranteed means limit == request; the quota may be off (DisableCPUQuotaWithExclusiveCPUs)
         limit = request
 
-    exact = pod_ann.get(CPU_ANNOTATION + name)
+    key = CPU_ANNOTATION + name
+    exact = pod_ann.get(key)
     if exact is not None:
         req_s, _, lim_s = exact.partition("/")
-        request = parse_cpu_quantity(req_s)
-        limit = parse_cpu_quantity(lim_s) if lim_s else request
+        try:
+            request = parse_cpu_quantity(req_s)
+            limit = parse_cpu_quantity(lim_s) if lim_s else request
+        except IntentError as exc:
+            raise IntentError(f"annotation {key}={quoted(exact)}: {exc}") from None
         source = "annotation"
-    exclusive = container.annotations.get(EXCLUSIVE_ANNOTATION)
+    key = EXCLUSIVE_ANNOTATION
+    exclusive = container.annotations.get(key)
     if exclusive is None:
-        exclusive = pod_ann.get(f"{EXCLUSIVE_ANNOTATION}.{name}")
+        key = f"{EXCLUSIVE_ANNOTATION}.{name}"
+        exclusive = pod_ann.get(key)
     if exclusive is not None:
-        if not exclusive.strip().isdigit() or int(exclusive) < 1:
-            raise IntentError(f"{EXCLUSIVE_ANNOTATION} must be a positive integer; got {exclusive!r}")
-        request = limit = int(exclusive) * 1000
+        try:
+            request = limit = parse_exclusive_cpus(exclusive) * 1000
+        except IntentError as exc:
+            raise IntentError(f"annotation {key}={quoted(exclusive)}: {exc}") from None
         qos, source = GUARANTEED, "exclusive-annotation"
 
     sidecars = _names(pod_ann, SIDECAR_ANNOTATION)

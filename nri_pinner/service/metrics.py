@@ -28,6 +28,7 @@ REJECTIONS: dict[str, str] = {
     "BadAnnotation": "annotations",
 }
 FAIL_OPEN_CAUSES = ("rejected", "timeout")
+BAD_INPUT_SOURCES = ("annotation", "container")  # create refused, or kept shared at Synchronize
 LATE_METHODS = ("CreateContainer",)
 REPAIR_PATHS = ("cri", "next-reply")
 
@@ -73,6 +74,10 @@ class Metrics:
                                          ["path"], registry=r)
         self.late_replies = Counter("nri_pinner_late_handler_replies",
                                     "Handlers cut off at the budget (fallback answered)", ["method"], registry=r)
+        self.bad_input = Counter("nri_pinner_bad_input", "Container data that could not be read (create refused, "
+                                 "or the container kept on the shared pool at Synchronize)", ["source"], registry=r)
+        for source in BAD_INPUT_SOURCES:
+            self.bad_input.labels(source)
         for reason, provider in REJECTIONS.items():
             self.pinning_errors.labels(reason)
             self.admission_errors.labels(reason, provider)

@@ -23,7 +23,7 @@ from ..nri.gen import api_pb2 as api
 from . import checkpoint
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
-from .rebuild import checkpoint_entries, rebuild
+from .rebuild import checkpoint_entries, note_unreadable, rebuild, repin_waiting
 from .tracker import Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")
@@ -31,6 +31,8 @@ log = structlog.get_logger("nri_pinner.service")
 
 class AdmissionRefused(Exception):
     """Fails the container create, as a kubelet admission failure would fail the pod."""
+
+    refusal = True  # a decision, not a fault: the stub logs it at info
 
 
 def cpu_update(container_id: str, cpus: CPUSet | str, mems: str) -> api.ContainerUpdate:
@@ -40,12 +42,20 @@ def cpu_update(container_id: str, cpus: CPUSet | str, mems: str) -> api.Containe
     return u
 
 
+def neighbour_update(container_id: str, cpus: CPUSet | str, mems: str) -> api.ContainerUpdate:
+    """An update riding on another container's reply: containerd logs a failed one and goes on; say so."""
+    u = cpu_update(container_id, cpus, mems)
+    u.ignore_failure = True
+    return u
+
+
 class PinnerPlugin:
     def __init__(self, settings: Settings, tracker: Tracker, metrics: Metrics,
                  prior_checkpoint: dict[str, Any] | None = None) -> None:
         self.settings, self.tracker, self.metrics = settings, tracker, metrics
         self._prior = checkpoint_entries(prior_checkpoint)
         self._seeded: dict[str, tuple[str, str]] = {}  # checkpoint entries held without a Synchronize
+        self._waiting: list[str] = []  # Guaranteed containers Synchronize left on the shared pool, oldest first
 
     # -- helpers (call with the tracker lock held) ----------------------------------------------
     def _pending_updates(self, exclude: str = "") -> list[api.ContainerUpdate]:
@@ -57,7 +67,7 @@ class PinnerPlugin:
             cpus, mems = self.tracker.desired(t)
             if t.applied_cpus != cpus or t.applied_mems != mems:
                 text = texts.get(cpus) or texts.setdefault(cpus, str(cpus))
-                updates.append(cpu_update(t.container_id, text, mems))
+                updates.append(neighbour_update(t.container_id, text, mems))
                 t.applied_cpus, t.applied_mems = cpus, mems
         return updates
 
@@ -135,6 +145,8 @@ class PinnerPlugin:
             result = rebuild(tr.engine, self._prior, pods, containers)
             tr.state, tr.containers = result.state, result.containers
             self._seeded.clear()
+            self._waiting = result.waiting
+            note_unreadable(result, self.metrics)
             for message in result.repairs:
                 log.warning("state repaired", repair=message)
             updates = self._pending_updates()
@@ -150,6 +162,9 @@ class PinnerPlugin:
             intent = intent_from_nri(req.pod, req.container)
         except IntentError as exc:
             self.metrics.rejected("BadAnnotation")
+            self.metrics.bad_input.labels("annotation").inc()
+            log.info("create refused: bad annotation", pod=f"{req.pod.namespace}/{req.pod.name}",
+                     container=req.container.name, error=str(exc))
             raise AdmissionRefused(f"nri-pinner: {exc}") from exc
         tr = self.tracker
         with tr.lock:
@@ -164,7 +179,7 @@ class PinnerPlugin:
             if not decision.admitted:
                 self.metrics.rejected(decision.reason)
                 tr.record(decision, intent, "rejected")
-                log.warning("admission rejected", pod=f"{intent.namespace}/{intent.pod_name}",
+                log.info("admission rejected", pod=f"{intent.namespace}/{intent.pod_name}",
                             container=intent.container, reason=decision.reason, message=decision.message)
                 if self.settings.nri.on_reject == "fail":
                     raise AdmissionRefused(f"nri-pinner: {decision.reason}: {decision.message}")
@@ -261,6 +276,7 @@ class PinnerPlugin:
             keep = a is not None and a.exclusive and a.init and not a.restartable
             if not keep:  # an exited init container's CPUs stay for its app containers (kubelet reuse)
                 tr.state = tr.engine.remove(tr.state, *t.key)
+                self._repin_waiting()
             updates = self._pending_updates()
             self._commit()
         log.info("container stopped", container=t.key[1], pod=t.intent.pod_name,
@@ -275,6 +291,7 @@ class PinnerPlugin:
                 self._commit()
             if t is not None and tr.by_key(t.key) is None:
                 tr.state = tr.engine.remove(tr.state, *t.key)
+                self._repin_waiting()
                 self._commit()
 
     def remove_pod_sandbox(self, event: api.StateChangeEvent) -> None:
@@ -286,9 +303,15 @@ class PinnerPlugin:
             pod_key = event.pod.uid or event.pod.name
             for a in tr.state.pod_assignments(pod_key):
                 tr.state = tr.engine.remove(tr.state, a.pod, a.container)
+            self._repin_waiting()
             self._commit()
 
     # -- details ---------------------------------------------------------------------------------
+    def _repin_waiting(self) -> None:
+        if self._waiting:
+            for message in repin_waiting(self.tracker, self._waiting):
+                log.warning("state repaired", repair=message)
+
     def _mark_sidecars(self, pod_key: str, creating_init: bool) -> None:
         """An init container still running when an app container is created is a sidecar: its CPUs
         must not be reused (kubelet: restartable init containers keep theirs)."""

@@ -8,8 +8,10 @@ repaired and reported, never a reason to refuse to start.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import structlog
 
 from ..engine.admission import AdmissionRequest, Engine
 from ..engine.cpumanager.state import Assignment, EngineState
@@ -17,10 +19,23 @@ from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import EMPTY, CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
-from .intent import GUARANTEED, UNMANAGED, ContainerIntent, IntentError, intent_from_nri
-from .tracker import Tracked
+from .intent import GUARANTEED, KUBELET_CONTAINER_TYPE, UNMANAGED, ContainerIntent, intent_from_nri
+from .metrics import Metrics
+from .tracker import Tracked, Tracker
+
+log = structlog.get_logger("nri_pinner.service")
 
 PriorEntries = Mapping[str, Mapping[str, Any]]  # container id -> checkpoint entry
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A container whose data could not be read: it runs on the shared pool until it is recreated."""
+
+    who: str
+    container_id: str
+    error: str
+    source: str  # "annotation" | "container"
 
 
 @dataclass
@@ -28,6 +43,8 @@ class Rebuilt:
     state: EngineState
     containers: dict[str, Tracked]
     repairs: list[str]
+    unreadable: list[Unreadable] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # Guaranteed ids left on the shared pool, oldest first
 
 
 def checkpoint_entries(body: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
@@ -46,13 +63,29 @@ def _cpus(text: str) -> CPUSet:
         return EMPTY
 
 
-def _intent(pod: api.PodSandbox, c: api.Container, repairs: list[str]) -> ContainerIntent:
+def _shared_intent(pod: api.PodSandbox, c: api.Container) -> ContainerIntent:
+    """The intent of a container whose data cannot be read, built without reading any of it again."""
+    return ContainerIntent(pod_uid=pod.uid, pod_name=pod.name, namespace=pod.namespace, container=c.name,
+                           container_id=c.id, qos=UNMANAGED, request_milli=0, limit_milli=0,
+                           init=c.annotations.get(KUBELET_CONTAINER_TYPE) == "init", source="unreadable")
+
+
+def _intent(pod: api.PodSandbox, c: api.Container, unreadable: list[Unreadable]) -> ContainerIntent:
     try:
         return intent_from_nri(pod, c)
-    except IntentError as exc:
+    except Exception as exc:  # Synchronize never fails because of one container's data
         who = f"{pod.namespace}/{pod.name}/{c.name}"
-        repairs.append(f"{who} ({c.id[:12]}): {exc}; running it on the shared pool")
-        return replace(intent_from_nri(pod, api.Container(id=c.id, name=c.name)), qos=UNMANAGED)
+        unreadable.append(Unreadable(who, c.id, str(exc), "annotation" if "annotation" in str(exc) else "container"))
+        return _shared_intent(pod, c)
+
+
+def note_unreadable(result: Rebuilt, metrics: Metrics) -> None:
+    """Log and count what Synchronize could not read (the node was synchronized without it)."""
+    for u in result.unreadable:
+        pod, _, name = u.who.rpartition("/")
+        log.warning("container data unreadable: running it on the shared pool", pod=pod, container=name,
+                    container_id=u.container_id[:12], error=u.error)
+        metrics.bad_input.labels(u.source).inc()
 
 
 def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
@@ -61,27 +94,43 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
     active = [c for c in containers
               if c.state != api.CONTAINER_STOPPED and c.pod_sandbox_id in pods_by_id]
     state = engine.initial_state()
-    tracked: dict[str, Tracked] = {}
-    repairs: list[str] = []
+    out = Rebuilt(state, {}, [])
+    tracked, repairs = out.containers, out.repairs
     # Containers the previous state knew go first, so they keep their CPUs.
     for c in sorted(active, key=lambda c: (c.id not in prior, c.id)):
         pod = pods_by_id[c.pod_sandbox_id]
-        intent = _intent(pod, c, repairs)
-        n = guaranteed_cpus(QoS.GUARANTEED, intent.request_milli, intent.limit_milli) if intent.qos == GUARANTEED else 0
-        actual = _cpus(c.linux.resources.cpu.cpus)
-        entry = prior.get(c.id)
-        if entry is not None and entry.get("restartable") and intent.init:
-            intent = replace(intent, restartable=True)  # found running as a sidecar before the restart
         who = f"{pod.namespace}/{pod.name}/{c.name}"
-        state = _place(engine, state, intent, n, actual, entry, who, repairs)
+        intent = _intent(pod, c, out.unreadable)
+        actual = _cpus(c.linux.resources.cpu.cpus)
+        try:
+            guaranteed = intent.qos == GUARANTEED
+            n = guaranteed_cpus(QoS.GUARANTEED, intent.request_milli, intent.limit_milli) if guaranteed else 0
+            entry = prior.get(c.id)
+            if entry is not None and entry.get("restartable") and intent.init:
+                intent = replace(intent, restartable=True)  # found running as a sidecar before the restart
+            placed = _place(engine, state, intent, n, actual, entry, who, repairs)
+            if n and not _exclusive(placed, intent):
+                out.waiting.append(c.id)
+        except Exception as exc:  # one container's data never fails the whole Synchronize
+            out.unreadable.append(Unreadable(who, c.id, f"cannot place it: {exc!r}", "container"))
+            intent = _shared_intent(pod, c)
+            placed, _ = engine.admit(state, AdmissionRequest(intent.pod_key, intent.container, QoS.BEST_EFFORT))
+        state = placed
         tracked[c.id] = Tracked(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,
                                 applied_cpus=actual or None, applied_mems=c.linux.resources.cpu.mems)
+    created = {c.id: (c.created_at or 0) for c in active}  # v0.10+ runtimes only; else the order above
+    out.waiting.sort(key=lambda cid: created[cid])
     for cid in prior:
         if cid not in tracked:
             repairs.append(f"dropped checkpoint entry for container {cid[:12]}: the runtime no longer runs it")
-    state, messages = engine.policy.start(state)
+    out.state, messages = engine.policy.start(state)
     repairs.extend(messages)
-    return Rebuilt(state, tracked, repairs)
+    return out
+
+
+def _exclusive(state: EngineState, intent: ContainerIntent) -> bool:
+    held = state.get(intent.pod_key, intent.container)
+    return held is not None and held.exclusive
 
 
 def _place(engine: Engine, state: EngineState, intent: ContainerIntent, n: int, actual: CPUSet,
@@ -116,3 +165,26 @@ def _insert(state: EngineState, intent: ContainerIntent, admitted: CPUSet, curre
                    restartable=intent.restartable,
                    numa_affinity=affinity if isinstance(affinity, int) and affinity > 0 else None)
     return state.hold(a)
+
+
+def repin_waiting(tracker: Tracker, waiting: list[str]) -> list[str]:
+    """Guaranteed containers the rebuild left on the shared pool get exclusive CPUs, oldest first, as
+    soon as some are free (before a newer container can take them). The new cpusets reach the runtime
+    like a drift repair: in the next reply's updates or from the reconcile timer. Call with the lock held."""
+    messages: list[str] = []
+    engine = tracker.engine
+    for cid in list(waiting):
+        t = tracker.containers.get(cid)
+        if t is None or t.stopped or t.intent.qos is not QoS.GUARANTEED or _exclusive(tracker.state, t.intent):
+            waiting.remove(cid)
+            continue
+        i = t.intent
+        request = AdmissionRequest(i.pod_key, i.container, i.qos, i.request_milli, i.limit_milli, init=i.init,
+                                   restartable=i.restartable)
+        state, decision = engine.admit(engine.remove(tracker.state, *t.key), request)
+        if decision.admitted and decision.exclusive:
+            tracker.state = state
+            waiting.remove(cid)
+            messages.append(f"{i.namespace}/{i.pod_name}/{i.container}: pinned on exclusive CPUs {decision.cpus} "
+                            "after waiting on the shared pool")
+    return messages

@@ -69,7 +69,7 @@ class Reconciler:
         await self._check_online_cpus()
         drifts = await asyncio.to_thread(self.find_drift)
         for d in drifts:
-            path = await self._repair(d)
+            path = await self._repair_one(d)
             self.repairs += 1
             self.metrics.reconcile_repairs.labels(path).inc()
             log.warning("cpuset drift repaired", container=d.name, container_id=d.container_id[:12],
@@ -92,6 +92,21 @@ class Reconciler:
                 drifts.append(Drift(cid, name, actual, desired, mems))
         return drifts
 
+    async def _repair_one(self, d: Drift) -> str:
+        """One repair's NRI or CRI error never aborts the pass: that one rides on the next reply."""
+        try:
+            return await self._repair(d)
+        except Exception as exc:
+            log.warning("repair failed; repairing in the next event reply", container=d.name, error=repr(exc))
+            return self._next_reply(d)
+
+    def _next_reply(self, d: Drift) -> str:
+        with self.tracker.lock:
+            t = self.tracker.containers.get(d.container_id)
+            if t is not None:
+                t.applied_cpus = None
+        return "next-reply"
+
     async def _repair(self, d: Drift) -> str:
         if self.stub is not None and self.stub.supports_safe_unsolicited_updates:
             failed = await self.stub.update_containers([cpu_update(d.container_id, d.desired, d.mems)])
@@ -104,11 +119,7 @@ class Reconciler:
             except grpc.aio.AioRpcError as exc:
                 log.warning("CRI repair failed; repairing in the next event reply", container=d.name,
                             code=str(exc.code()), details=exc.details())
-        with self.tracker.lock:
-            t = self.tracker.containers.get(d.container_id)
-            if t is not None:
-                t.applied_cpus = None
-        return "next-reply"
+        return self._next_reply(d)
 
     async def _check_online_cpus(self) -> None:
         """CPU hotplug without a drain: rebuild the engine for the new online set and repair."""

@@ -68,6 +68,8 @@ def test_full_file_parses_every_section() -> None:
         ("[metrics]\nport = 70000", "TCP port"),
         ("[reconcile]\nperiod_seconds = -1", "must not be negative"),
         ("[cpu_manager", "not valid TOML"),
+        ("[cpu_manager]\nreserved_cpus = '0-999999999'", "out of range (limit 8191)"),
+        ("[cpu_manager]\nreserved_cpus = '\u00b2'", "bad CPU id"),
         ("cpu_manager = 3", "cpu_manager: expected dict"),
     ],
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,6 +179,43 @@ class CriClient:
     def remove_container(self, container_id: str) -> None:
         self._call("RemoveContainer", self.pb.RemoveContainerRequest(container_id=container_id))
 
+    def wait_exited(self, container_id: str, timeout: float = 30.0) -> None:
+        """Until ContainerStatus says EXITED (or the container is gone). StopContainer can return, or a
+        process exit on its own can be seen, before containerd's exit handling has recorded it; a
+        RemoveContainer then fails with "container is still running, to stop first"."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                resp = self._call("ContainerStatus", self.pb.ContainerStatusRequest(container_id=container_id))
+            except grpc.RpcError as err:
+                if err.code() == grpc.StatusCode.NOT_FOUND:
+                    return
+                raise
+            state = CONTAINER_STATES.get(resp.status.state, str(resp.status.state))
+            if state == "EXITED":
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"container {container_id[:12]} still {state} {timeout}s after StopContainer")
+            time.sleep(0.02)
+
+    def stop_and_remove(self, container_id: str, timeout_s: int = 10) -> None:
+        """The kubelet's order: StopContainer, then RemoveContainer only once the status says EXITED."""
+        state = self.container_state(container_id)
+        if state in ("RUNNING", "UNKNOWN"):
+            try:
+                self.stop_container(container_id, timeout_s)
+            except grpc.RpcError:
+                # it exited on its own meanwhile and its shim went away ("ttrpc: closed"): like the
+                # kubelet's next sync, go by the status; a container still running re-raises
+                self.wait_exited(container_id, 5.0)
+        if state != "CREATED":
+            self.wait_exited(container_id, timeout_s + 20.0)
+        self.remove_container(container_id)
+
+    def container_state(self, container_id: str) -> str:
+        resp = self._call("ContainerStatus", self.pb.ContainerStatusRequest(container_id=container_id))
+        return CONTAINER_STATES.get(resp.status.state, str(resp.status.state))
+
     def stop_pod_sandbox(self, sandbox_id: str) -> None:
         self._call("StopPodSandbox", self.pb.StopPodSandboxRequest(pod_sandbox_id=sandbox_id))
 
@@ -215,9 +253,7 @@ class CriClient:
     def remove_everything(self) -> None:
         """Stop and remove every container and sandbox (a private instance holds only this run's pods)."""
         for c in self.list_containers():
-            if c.state == "RUNNING":
-                self.stop_container(c.id, timeout_s=2)
-            self.remove_container(c.id)
+            self.stop_and_remove(c.id, timeout_s=2)
         for s in self.list_pod_sandboxes():
             self.stop_pod_sandbox(s.id)
             self.remove_pod_sandbox(s.id)

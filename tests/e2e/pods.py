@@ -158,10 +158,10 @@ def _wait_term_trap(cri: CriClient, container_id: str, timeout: float = 5.0) -> 
 
 
 def remove_pod(cri: CriClient, pod: PodHandle, stop_timeout_s: int = 10) -> None:
-    """The kubelet's teardown order: stop + remove each container, then stop + remove the sandbox."""
+    """The kubelet's teardown order: stop each container, remove it once its status says EXITED, then
+    stop + remove the sandbox."""
     for cid in pod.container_ids:
-        cri.stop_container(cid, stop_timeout_s)
-        cri.remove_container(cid)
+        cri.stop_and_remove(cid, stop_timeout_s)
     pod.containers.clear()
     cri.stop_pod_sandbox(pod.sandbox_id)
     cri.remove_pod_sandbox(pod.sandbox_id)

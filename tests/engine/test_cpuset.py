@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_pinner.engine.cpuset import EMPTY, CPUSet, CPUSetError
+from nri_pinner.engine.cpuset import EMPTY, MAX_CPUS, CPUSet, CPUSetError
 
 cpu_ids = st.sets(st.integers(min_value=0, max_value=1100), max_size=80)
 SETTINGS = settings(max_examples=200, deadline=None)
@@ -145,3 +147,28 @@ def test_repr_shows_the_list() -> None:
 def test_not_equal_to_other_types() -> None:
     assert CPUSet([1]) != {1}
     assert CPUSet([1]) != 2
+
+
+# -- bounds (issue 20, defect 2): no CPU id from input reaches the kernel's NR_CPUS ceiling ------------
+
+@pytest.mark.parametrize("text", ["0-999999999", "99999999999", "8192", "0-8192", "9" * 5000,
+                                  "\u00b2", "1-\u00b2", "0,\u0663"])
+def test_parse_refuses_out_of_range_and_non_ascii_ids_fast(text: str) -> None:
+    started = time.perf_counter()
+    with pytest.raises(CPUSetError) as failed:
+        CPUSet.parse(text)
+    assert time.perf_counter() - started < 0.05  # refused before any mask is built
+    assert ("out of range" in str(failed.value)) or ("bad CPU id" in str(failed.value))
+    assert len(str(failed.value)) < 300  # a 5000-digit id is quoted cut short
+
+
+def test_largest_cpu_id_is_accepted() -> None:
+    assert CPUSet.parse("8191") == CPUSet([MAX_CPUS - 1])
+    assert len(CPUSet.parse(f"0-{MAX_CPUS - 1}")) == MAX_CPUS
+
+
+def test_constructor_and_mask_refuse_ids_at_the_ceiling() -> None:
+    with pytest.raises(CPUSetError, match="out of range"):
+        CPUSet([MAX_CPUS])
+    with pytest.raises(CPUSetError, match="above"):
+        CPUSet.from_mask(1 << MAX_CPUS)

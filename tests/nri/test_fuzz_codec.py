@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from nri_pinner.nri import codec
 from nri_pinner.nri.codec import Decoder, ProtocolError, TtrpcMessage
+from testkit import fuzz
 
 CORPUS = Path(__file__).parent / "corpus"
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -183,3 +184,17 @@ def test_corpus_truncated(path: Path) -> None:
         feed_in_pieces(decoder, data, cuts)
         with pytest.raises(ProtocolError, match=r"^truncated "):
             decoder.close()
+
+
+# -- the whole decode path, seeded mutation fuzz (testkit/fuzz.py), a fixed budget in CI ----------------
+# ttrpc frames -> request envelope -> NRI protobuf -> intent (annotations) -> CPU lists: only the specific
+# errors may come out. benchmarks/bench_fuzz_decoder.py runs the same fuzzer long (see benchmarks/README.md).
+FUZZ_INPUTS = 4000
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_mutated_nri_streams_raise_only_specific_errors(seed: int) -> None:
+    report = fuzz.run(FUZZ_INPUTS, seed=seed)
+    assert report.inputs == FUZZ_INPUTS
+    # the mutations must leave enough intact to reach the deeper steps, or the fuzz proves little
+    assert report.requests > FUZZ_INPUTS // 4 and report.intents > FUZZ_INPUTS // 4, report
