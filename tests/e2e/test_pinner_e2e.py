@@ -164,7 +164,7 @@ def test_container_exit_releases_its_cpus(containerd: PrivateContainerd) -> None
     containerd.remove_pod(burst)
 
 
-def test_preinstalled_nri_pinner_launched_by_containerd(containerd: PrivateContainerd, tmp_path: Path,
+def test_preinstalled_nri_pinner_launched_by_containerd(containerd: PrivateContainerd,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from nri_pinner.install import install
 
@@ -173,8 +173,10 @@ def test_preinstalled_nri_pinner_launched_by_containerd(containerd: PrivateConta
     state = Path(tempfile.mkdtemp(prefix="pinner-pre-", dir="/tmp"))
     config = state / "config.toml"
     config.write_text(config_text(containerd, state, log={"file": str(state / "nri-pinner.log")}))
-    monkeypatch.setenv("NRI_PINNER_INSTALL_ROOT", str(tmp_path))  # the marker and unit checks, not the host's /etc
-    plugin_dir = str(containerd.paths.nri_plugin_dir)
+    # Every host path install touches (marker, unit checks, the plugin dir) goes under the install root:
+    # the private containerd's workdir, whose nri/plugins is the plugin_path containerd launches from.
+    monkeypatch.setenv("NRI_PINNER_INSTALL_ROOT", str(containerd.workdir))
+    plugin_dir = "/" + str(containerd.paths.nri_plugin_dir.relative_to(containerd.workdir))
     assert install(plugin_dir, "90", str(config), python=sys.executable) == 0
     since = containerd.log_offset()
     containerd.restart()
