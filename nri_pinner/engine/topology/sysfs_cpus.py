@@ -63,12 +63,12 @@ def _packages(r: Reader, cpu_dir: Path, online: CPUSet) -> Level:
     read_id = topo_id(r, cpu_dir, "physical_package_id")
     if groups is not None:
         ids = {first: read_id(first) for first, _ in groups}
-        return number(r, groups, ids, "physical_package", "package_cpus/core_siblings")
+        return number(r, groups, ids, "package", "package_cpus/core_siblings", id_file="physical_package_id")
     ids_of = {c: read_id(c) for c in online}
     if all(v is not None and v >= 0 for v in ids_of.values()):
         r.warn("no package_cpus/core_siblings files: packages grouped by physical_package_id")
-        return number(r, by_id(online, ids_of.get), {c: ids_of[c] for c in online}, "physical_package",
-                      "physical_package_id")
+        return number(r, by_id(online, ids_of.get), {c: ids_of[c] for c in online}, "package",
+                      "physical_package_id", id_file="physical_package_id")
     r.warn("no package_cpus/core_siblings and no usable physical_package_id: one package 0")
     return Level(dict.fromkeys(online, 0), "none")
 

@@ -58,7 +58,7 @@ def partition(r: Reader, online: CPUSet, read: Callable[[int], CPUSet | None]) -
 
 
 def number(r: Reader, groups: list[Group], ids: dict[int, int | None], what: str, source: str,
-           scope: Callable[[int], int] | None = None) -> Level:
+           scope: Callable[[int], int] | None = None, id_file: str = "") -> Level:
     """Label groups with their sysfs ids when those are valid and unique (within ``scope``)."""
     keys = [(scope(first) if scope else 0, ids.get(first)) for first, _ in groups]
     valid = all(i is not None and i >= 0 for _, i in keys) and len(set(keys)) == len(keys)
@@ -74,7 +74,7 @@ def number(r: Reader, groups: list[Group], ids: dict[int, int | None], what: str
         of.update(dict.fromkeys(members, counters.setdefault(s, 0)))
         counters[s] += 1
     bad = sorted({i for _, i in keys if i is not None and i < 0}) or ["missing or repeated"]
-    r.warn(f"{what} ids {bad[0]}: {what}s taken from {source}, numbered by lowest CPU")
+    r.warn(f"{id_file or what + '_id'} {bad[0]}: {what}s taken from {source}, numbered by lowest CPU")
     return Level(of, source + " (renumbered)")
 
 
