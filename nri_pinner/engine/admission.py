@@ -83,7 +83,8 @@ class Engine:
         options = StaticPolicyOptions(prefer_isolated_cpus=cm.isolated_cpus == "exclusive-first", **flags)
         reserved = cm.reserved_cpus if cm.reserved_cpus is not None else (
             reserved_by_count(topology, cm.reserved_cpu_count, options) if cm.reserved_cpu_count else EMPTY)
-        policy = StaticPolicy(topology, reserved, options, topology_policy_name=tm.policy)
+        policy = StaticPolicy(topology, reserved, options, topology_policy_name=tm.policy,
+                              core_kinds=cm.core_kinds)
         manager = TopologyManager.from_topology(
             topology, tm.policy, prefer_closest_numa_nodes="prefer-closest-numa-nodes" in tm.policy_options)
         return cls(topology, policy, manager, tm.scope)
