@@ -88,7 +88,8 @@ def _dies(r: Reader, cpu_dir: Path, online: CPUSet, socket: dict[int, int]) -> L
         ids = {f: read_id(f) for f, _ in groups}
         source = "die_cpus"
     groups = _split_by(r, groups, socket, "die")  # a die never spans packages
-    if all(len(m) == 1 for _f, m in groups) and len(online) > 1:  # arm64 defaults: no real dies
+    no_ids = all(ids.get(f) is None or ids.get(f) == -1 for f, _ in groups)
+    if no_ids and all(len(m) == 1 for _f, m in groups) and len(online) > 1:  # arm64 defaults: no dies
         return Level(dict.fromkeys(online, 0), "none")
     if all(i is None or i == -1 for i in ids.values()):
         ids = {f: 0 for f, _ in groups} if len(groups) == len({socket[f] for f, _ in groups}) else ids
