@@ -306,6 +306,9 @@ LARGE: dict[str, Shape] = {
                                    l1_l2_files=False),
     "quad-socket-16numa-1024": Shape(sockets=4, numa_per_socket=4, cores_per_numa=32, l3_per_socket=8,
                                      l1_l2_files=False),
+    # the same machine on a pre-4.x kernel: mask files only, no cache ids (benchmarks/bench_discovery.py)
+    "old-kernel-1024": Shape(sockets=4, numa_per_socket=4, cores_per_numa=32, l3_per_socket=8,
+                             l1_l2_files=False, old_kernel=True),
 }
 
 _TOPOLOGY_FILES = ("physical_package_id", "die_id", "core_id", "cluster_id", "thread_siblings_list",
