@@ -214,13 +214,13 @@ def write_tree(root: Path | str, shape: Shape) -> Path:
                 w.put(topo / "cluster_id", str(f.cluster))
                 w.cpus(topo, "cluster_cpus", "cluster_cpus_list", groups["cluster"][f.cluster])
         caches = [(1, "Data"), (1, "Instruction"), (2, "Unified")] if shape.l1_l2_files else []
-        for index, (level, kind) in enumerate([*caches, (3, "Unified")]):
+        for index, (cache_level, cache_type) in enumerate([*caches, (3, "Unified")]):
             cd = d / "cache" / f"index{index if shape.l1_l2_files else 3}"
-            w.put(cd / "level", str(level))
-            w.put(cd / "type", kind)
-            shared = groups["core"][f.core_index] if level < 3 else groups["l3"][f.l3]
+            w.put(cd / "level", str(cache_level))
+            w.put(cd / "type", cache_type)
+            shared = groups["core"][f.core_index] if cache_level < 3 else groups["l3"][f.l3]
             w.cpus(cd, "shared_cpu_map", "shared_cpu_list", shared)
-            if level == 3 and shape.l3_id_files and not shape.old_kernel:
+            if cache_level == 3 and shape.l3_id_files and not shape.old_kernel:
                 w.put(cd / "id", str(f.l3))
     if shape.e_cores_per_socket and shape.hybrid == "intel":
         for pmu, kind in (("cpu_core", "P"), ("cpu_atom", "E")):

@@ -29,6 +29,8 @@ from nri_pinner.engine.topology.sysfs import discover_with_warnings
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "sysfs"
 LSTOPO = shutil.which("lstopo-no-graphics")
+if LSTOPO is None and os.environ.get("NRI_PINNER_HWLOC_REQUIRED") == "1":  # scripts/test as root sets it
+    raise RuntimeError("lstopo-no-graphics missing: scripts/test installs Debian's hwloc-nox")
 
 # fixture -> (why hwloc's answer is partial there, the stderr hwloc prints for it or "")
 KNOWN_DIVERGENCES = {
@@ -94,8 +96,8 @@ def run_lstopo(tree: Path, expect_stderr: str = "") -> Hwloc:
         for i, a in enumerate(nodes):
             for j, b in enumerate(nodes):
                 out.distances[(a, b)] = values[i * len(nodes) + j]
-    for kind in root.iter("cpukind"):
-        out.kinds.add(_bitmap(kind.get("cpuset", "0x0")))
+    for cpukind in root.iter("cpukind"):
+        out.kinds.add(_bitmap(cpukind.get("cpuset", "0x0")))
     return out
 
 

@@ -65,10 +65,10 @@ def test_no_exception_escapes(name: str, damage: list[tuple[str, int, bytes]]) -
         topo = found.topology
         assert topo.online and topo.online.issubset(topo.all_cpus)
         assert set(topo.numa_cpus) <= set(topo.all_numa_nodes)
-        assert Topology_roundtrip(topo)
+        assert roundtrips(topo)
 
 
-def Topology_roundtrip(topo: object) -> bool:  # noqa: N802 - reads as a claim in the assert
+def roundtrips(topo: object) -> bool:
     from nri_pinner.engine.topology.model import Topology
 
     assert isinstance(topo, Topology)

@@ -109,8 +109,8 @@ def _cores(r: Reader, cpu_dir: Path, online: CPUSet, socket: dict[int, int],
         else:
             r.warn("no SMT sibling files: cores grouped by (package, die, core_id)")
             keyed = {c: (socket[c], die[c], ids_of[c]) for c in online}
-            order = {k: i for i, k in enumerate(sorted(set(keyed.values()), key=str))}
-            groups, source = by_id(online, lambda c: order[keyed[c]]), "core_id"
+            rank = {k: i for i, k in enumerate(sorted(set(keyed.values()), key=str))}
+            groups, source = by_id(online, lambda c: rank[keyed[c]]), "core_id"
     groups = _split_by(r, groups, socket, "core")
     ids = {f: read_id(f) for f, _ in groups} if source != "none" else {}
     keys = [(socket[f], ids.get(f)) for f, _ in groups]

@@ -64,7 +64,7 @@ def number(r: Reader, groups: list[Group], ids: dict[int, int | None], what: str
     valid = all(i is not None and i >= 0 for _, i in keys) and len(set(keys)) == len(keys)
     of: dict[int, int] = {}
     if valid:
-        for (first, members), (_, i) in zip(groups, keys, strict=True):
+        for (_first, members), (_, i) in zip(groups, keys, strict=True):
             assert i is not None
             of.update(dict.fromkeys(members, i))
         return Level(of, source)
@@ -73,7 +73,7 @@ def number(r: Reader, groups: list[Group], ids: dict[int, int | None], what: str
         s = scope(first) if scope else 0
         of.update(dict.fromkeys(members, counters.setdefault(s, 0)))
         counters[s] += 1
-    bad = sorted({i for _, i in keys if i is not None and i < 0}) or ["missing or repeated"]
+    bad = [str(i) for i in sorted({i for _, i in keys if i is not None and i < 0})] or ["missing or repeated"]
     r.warn(f"{id_file or what + '_id'} {bad[0]}: {what}s taken from {source}, numbered by lowest CPU")
     return Level(of, source + " (renumbered)")
 
