@@ -57,7 +57,8 @@ class Shape:
     first_node: int = 0  # node ids start here (node 0 absent)
     clusters_per_die: int = 0  # 0: no cluster files
     e_cores_per_socket: int = 0  # the last N cores of each socket are efficiency cores
-    hybrid: Literal["intel", "capacity"] = "intel"  # how E-cores show: cpu_core/cpu_atom PMUs or cpu_capacity
+    # how E-cores show: cpu_core/cpu_atom PMUs, cpu_capacity, or only cpufreq's max frequency
+    hybrid: Literal["intel", "capacity", "cpufreq"] = "intel"
 
     @property
     def cores_per_socket(self) -> int:
@@ -197,6 +198,8 @@ def write_tree(root: Path | str, shape: Shape) -> Path:
             w.put(d / "online", "1" if f.online else "0")
         if shape.e_cores_per_socket and shape.hybrid == "capacity":
             w.put(d / "cpu_capacity", "446" if f.kind == "E" else "1024")
+        if shape.e_cores_per_socket and shape.hybrid == "cpufreq":
+            w.put(d / "cpufreq" / "cpuinfo_max_freq", "1800000" if f.kind == "E" else "2808000")
         if not f.online:
             continue
         topo = d / "topology"
@@ -293,6 +296,8 @@ NAMED: dict[str, Shape] = {
     # 7: arm64 big.LITTLE via cpu_capacity: 2 big + 4 little, clusters per kind
     "hybrid-arm-capacity": Shape(cores_per_numa=6, threads_per_core=1, e_cores_per_socket=4,
                                  hybrid="capacity", l3_per_socket=1, clusters_per_die=3),
+    # 7: big.LITTLE seen only through cpufreq (no cpu_capacity): 4 big + 4 little
+    "hybrid-arm-cpufreq": Shape(cores_per_numa=8, threads_per_core=1, e_cores_per_socket=4, hybrid="cpufreq"),
     # 8: 2 dies per socket, 2 L3s per die, 4 clusters (2-core L2 modules) per die
     "dies-clusters": Shape(sockets=2, cores_per_numa=16, threads_per_core=1, dies_per_socket=2,
                            l3_per_socket=4, clusters_per_die=4),
@@ -343,6 +348,7 @@ def capture(dest: Path | str, source: Path | str = "/") -> None:
                     copy(f"{rel}/{name}")
         copy(f"cpu/{cpu}/online")
         copy(f"cpu/{cpu}/cpu_capacity")
+        copy(f"cpu/{cpu}/cpufreq/cpuinfo_max_freq")
         for link in (src / "cpu" / cpu).glob("node*"):
             if link.is_symlink():
                 (out / "cpu" / cpu / link.name).symlink_to(os.readlink(link))

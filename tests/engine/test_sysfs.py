@@ -83,7 +83,7 @@ def assert_matches_shape(topo: Topology, shape: Any) -> None:
         for b in topo.all_numa_nodes:
             assert topo.distance(a, b) == shape.distance(a - first, b - first)
     assert dict(topo.numa_memory_bytes) == {n: shape.mem_kib_per_numa * 1024 for n in topo.all_numa_nodes}
-    names = {"P": "big", "E": "little", "": ""} if shape.hybrid == "capacity" else {"P": "P", "E": "E", "": ""}
+    names = {"P": "P", "E": "E", "": ""} if shape.hybrid == "intel" else {"P": "big", "E": "little", "": ""}
     for f in online:
         assert topo.by_cpu[f.cpu].kind == names[f.kind]
 
@@ -145,6 +145,16 @@ def test_hybrid_kinds() -> None:
     assert arm.kind_cpus == {"big": CPUSet.parse("0-1"), "little": CPUSet.parse("2-5")}
     assert {c.cluster for c in arm.cpus} == {0, 1, 2}
     assert discover(FIXTURES / "dual-socket-ht").kind_cpus == {}
+    freq = discover_with_warnings(FIXTURES / "hybrid-arm-cpufreq")
+    assert freq.sources["core kinds"] == "cpufreq max"
+    assert freq.topology.kind_cpus == {"big": CPUSet.parse("0-3"), "little": CPUSet.parse("4-7")}
+
+
+def test_favored_cores_are_not_hybrid(tmp_path: Path) -> None:
+    tree = copy_fixture("hybrid-arm-cpufreq", tmp_path)
+    for f in sysdir(tree).glob("cpu/cpu[4-7]/cpufreq/cpuinfo_max_freq"):
+        f.write_text("2600000\n")  # within 80% of 2808000: Turbo Boost Max 3.0, one kind
+    assert discover(tree).kind_cpus == {}
 
 
 def test_dies_clusters_and_l3_per_die() -> None:

@@ -7,6 +7,9 @@ Sources, first found wins:
 * ``cpuN/cpu_capacity`` (arm64, some x86): CPUs with the highest capacity are
   "big", the lowest "little", any in between "mid-<capacity>". Only read when the
   first online CPU has the file, so uniform x86 machines pay one failed open.
+* ``cpuN/cpufreq/cpuinfo_max_freq`` when there is no capacity: the same naming, but
+  only when the slowest maximum is below 80% of the fastest. Intel "favored cores"
+  (Turbo Boost Max 3.0) differ by a few percent and are one kind, not big.LITTLE.
 
 A machine with one kind gets no kinds at all ("" for every CPU).
 """
@@ -30,15 +33,20 @@ def core_kinds(r: Reader, cpu_dir: Path, online: CPUSet) -> tuple[dict[int, str]
         if unknown:
             r.warn(f"CPUs {unknown} are in neither cpu_core nor cpu_atom: kind unknown")
         return kinds, "cpu_core/cpu_atom PMUs"
-    if not online or r.int(cpu_dir / f"cpu{online.min()}" / "cpu_capacity") is None:
+    if not online:
         return {}, ""
-    capacity = {c: r.int(cpu_dir / f"cpu{c}" / "cpu_capacity") for c in online}
-    values = sorted({v for v in capacity.values() if v is not None})
-    if len(values) < 2:
-        return {}, ""
-    names = {values[-1]: "big", values[0]: "little"}
-    kinds = {c: names.get(v, f"mid-{v}") for c, v in capacity.items() if v is not None}
-    unknown = online - CPUSet(kinds)
-    if unknown:
-        r.warn(f"cpu_capacity missing for CPUs {unknown}: kind unknown")
-    return kinds, "cpu_capacity"
+    for rel, source, min_ratio in (("cpu_capacity", "cpu_capacity", 1.0),
+                                   ("cpufreq/cpuinfo_max_freq", "cpufreq max", 0.8)):
+        if r.int(cpu_dir / f"cpu{online.min()}" / rel) is None:
+            continue
+        value = {c: r.int(cpu_dir / f"cpu{c}" / rel) for c in online}
+        values = sorted({v for v in value.values() if v is not None and v > 0})
+        if len(values) < 2 or values[0] >= values[-1] * min_ratio:
+            return {}, ""
+        names = {values[-1]: "big", values[0]: "little"}
+        kinds = {c: names.get(v, f"mid-{v}") for c, v in value.items() if v is not None and v > 0}
+        unknown = online - CPUSet(kinds)
+        if unknown:
+            r.warn(f"{rel} missing for CPUs {unknown}: kind unknown")
+        return kinds, source
+    return {}, ""
