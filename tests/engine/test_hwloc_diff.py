@@ -55,10 +55,10 @@ class Hwloc:
 
 
 def _bitmap(text: str) -> CPUSet:
-    """hwloc bitmap: comma-separated 0x words, most significant first."""
+    """hwloc bitmap: comma-separated 0x words, most significant first (an empty word is zero)."""
     mask = 0
-    for word in text.split(","):
-        mask = (mask << 32) | int(word, 16)
+    for word in text.replace("0xf...f", "0x0").split(","):
+        mask = (mask << 32) | int(word or "0", 16)
     return CPUSet.from_mask(mask)
 
 

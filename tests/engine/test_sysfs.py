@@ -413,7 +413,7 @@ def test_discover_logs_the_warnings(tree: Path, caplog: pytest.LogCaptureFixture
     [
         ("cpu/cpu4/topology/physical_package_id", "zero\n", "expected an integer"),
         ("cpu/cpu0/cache/index3/level", "three\n", "expected an integer"),
-        ("node/node1/cpulist", "3-1\n", "expected a CPU list"),
+        ("node/node1/cpumap", "3-1\n", "expected a hex CPU mask"),
         ("cpu/online", "0-15,a\n", "expected a CPU list"),
         ("node/node1/distance", "11 10 21\n", "has 3 values for 4 nodes"),
         ("node/node1/distance", "11 ten 21 21\n", "has 1 values for 4 nodes"),
@@ -429,7 +429,7 @@ def test_garbage_is_repaired_naming_the_file(tree: Path, relpath: str, content: 
 
 def test_nul_and_whitespace_are_stripped(tree: Path) -> None:
     (sysdir(tree) / "cpu" / "online").write_bytes(b"  0-15\n\x00\x00")
-    (sysdir(tree) / "node" / "node1" / "cpulist").write_bytes(b"2-3,10-11\x00")
+    (sysdir(tree) / "node" / "node1" / "cpumap").write_bytes(b"00000c0c\n\x00")
     found = discover_with_warnings(tree)
     assert found.warnings == () and found.topology.numa_cpus[1] == CPUSet.parse("2-3,10-11")
 
@@ -442,7 +442,7 @@ def test_non_text_file_is_ignored_naming_it(tree: Path) -> None:
 
 
 def test_cpu_in_two_nodes_stays_in_the_first(tree: Path) -> None:
-    (sysdir(tree) / "node" / "node1" / "cpulist").write_text("0,2-3,10-11\n")
+    (sysdir(tree) / "node" / "node1" / "cpumap").write_text("00000c0d\n")  # 0,2-3,10-11
     found = discover_with_warnings(tree)
     assert found.warnings == ("CPU 0 is listed in NUMA nodes [0, 1]: kept in node 0",)
     assert found.topology.by_cpu[0].numa == 0
@@ -467,3 +467,29 @@ def test_online_and_offline_overlap_trusts_online(tree: Path) -> None:
 def test_no_cpu_directory_raises(tmp_path: Path) -> None:
     with pytest.raises(SysfsError, match="no CPU directory"):
         discover(tmp_path)
+
+
+def test_mask_wins_over_list_as_in_hwloc(tree: Path) -> None:
+    (sysdir(tree) / "node" / "node1" / "cpulist").write_text("0-15\n")  # the mask says 2-3,10-11
+    assert discover(tree).numa_cpus[1] == CPUSet.parse("2-3,10-11")
+
+
+def test_list_used_when_the_mask_is_missing(tree: Path) -> None:
+    (sysdir(tree) / "node" / "node1" / "cpumap").unlink()
+    assert discover(tree).numa_cpus[1] == CPUSet.parse("2-3,10-11")
+
+
+def test_compute_units_are_one_core_per_cpu(tree: Path) -> None:
+    (sysdir(tree) / "cpu" / "cpu8" / "topology" / "core_id").write_text("9\n")  # 0 and 8: siblings, own ids
+    found = discover_with_warnings(tree)
+    assert found.sources["cores"].startswith("core_id (compute units)")
+    assert found.topology.siblings(0) == CPUSet([0])
+
+
+def test_long_distance_rows_are_read_by_node_id(tmp_path: Path) -> None:
+    root = gen.write_tree(tmp_path, gen.Shape(sockets=2, cores_per_numa=2, first_node=1))
+    node_dir = sysdir(root) / "node"
+    (node_dir / "node1" / "distance").write_text("10 10 21\n")  # columns 0 (offline node), 1, 2
+    (node_dir / "node2" / "distance").write_text("10 21 10\n")
+    topo = discover(root)
+    assert topo.distance(1, 2) == 21 and topo.distance(1, 1) == 10

@@ -112,6 +112,11 @@ def _cores(r: Reader, cpu_dir: Path, online: CPUSet, socket: dict[int, int],
             rank = {k: i for i, k in enumerate(sorted(set(keyed.values()), key=str))}
             groups, source = by_id(online, lambda c: rank[keyed[c]]), "core_id"
     groups = _split_by(r, groups, socket, "core")
+    multi = next((m for _f, m in groups if len(m) > 1), None)
+    if multi is not None and source != "core_id" and read_id(multi.sorted()[0]) != read_id(multi.sorted()[1]):
+        # AMD compute units (Bulldozer): the sibling set is a module of cores with their own core_id
+        r.warn(f"SMT sibling set {multi} holds different core_id values (compute units): one core per CPU")
+        groups, source = [(c, CPUSet([c])) for c in online], "core_id (compute units)"
     ids = {f: read_id(f) for f, _ in groups} if source != "none" else {}
     keys = [(socket[f], ids.get(f)) for f, _ in groups]
     if ids and all(i is not None and i >= 0 for _, i in keys) and len(set(keys)) == len(keys):

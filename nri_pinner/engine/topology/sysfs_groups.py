@@ -2,8 +2,8 @@
 
 Follows hwloc's Linux reader: a level's groups come from the *set* files
 (``core_cpus``/``thread_siblings``, ``package_cpus``/``core_siblings``, ``die_cpus``,
-``cluster_cpus``, ``cache/indexN/shared_cpu_map``; the ``*_list`` twin when present,
-else the hex mask), intersected with the online CPUs, and only the first CPU of a
+``cluster_cpus``, ``cache/indexN/shared_cpu_map``; the hex mask, else its ``*_list``
+twin), intersected with the online CPUs, and only the first CPU of a
 group is read (its set names the others). Ids (``core_id``, ``physical_package_id``,
 ``die_id``, cache ``id``) only label groups; when they are missing, -1 or repeated,
 groups are numbered by their lowest CPU and the repair is reported.
@@ -123,9 +123,9 @@ class L3Finder:
             kind = self.r.text(d / "type")
             if kind is not None and not kind.startswith("Unified"):
                 continue
-            shared = self.r.cpulist(d / "shared_cpu_list")
+            shared = self.r.cpumask(d / "shared_cpu_map")  # hwloc's source
             if shared is None:
-                shared = self.r.cpumask(d / "shared_cpu_map")
+                shared = self.r.cpulist(d / "shared_cpu_list")
             if not shared:  # ia64 reports empty L3 maps: hwloc then uses the core's set
                 shared = CPUSet([cpu])
             self.guess = name

@@ -3,12 +3,13 @@
 * The nodes are those in ``node/online`` (else the ``nodeN`` directories); CPU-less
   nodes (memory-only, CXL, HBM) are real nodes: they get distances and memory and
   are valid ``cpuset.mems`` targets.
-* A node's CPUs come from ``cpulist`` (else the ``cpumap`` mask). A CPU claimed by
+* A node's CPUs come from the ``cpumap`` mask (else ``cpulist``). A CPU claimed by
   two nodes stays in the lowest one (hwloc keeps the first node and drops the
   later claim).
-* ``nodeN/distance`` has one value per node in ascending order. A longer row is cut
-  to the node count; a shorter or unreadable row drops the whole table (as hwloc
-  does): distances then default to 10 local / 20 remote.
+* ``nodeN/distance`` has one value per node in ascending order. A longer row that
+  reaches every node id is read by node id (offline nodes still have columns), other
+  longer rows are cut to the node count; a shorter or unreadable row drops the whole
+  table (as hwloc does): distances then default to 10 local / 20 remote.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ def read_numa(r: Reader, node_dir: Path, cpus: CPUSet) -> Numa:
     doubles: dict[int, list[int]] = {}
     for n in nodes:
         d = node_dir / f"node{n}"
-        claimed = r.cpulist(d / "cpulist")
+        claimed = r.cpumask(d / "cpumap")  # hwloc's source; the list when the mask is unreadable
         if claimed is None:
-            claimed = r.cpumask(d / "cpumap")
+            claimed = r.cpulist(d / "cpulist")
         for c in (claimed or CPUSet()) & cpus:
             if c in of:
                 doubles.setdefault(c, [of[c]]).append(n)
@@ -79,7 +80,10 @@ def _distances(r: Reader, node_dir: Path, nodes: list[int]) -> dict[int, dict[in
             return {}
         if len(values) > len(nodes):
             r.warn(f"{path} has {len(values)} values for {len(nodes)} nodes {nodes}: extra values ignored")
-        rows[n] = dict(zip(nodes, values[:len(nodes)], strict=True))
+        if len(values) > len(nodes) and len(values) > max(nodes):
+            rows[n] = {m: values[m] for m in nodes}
+        else:
+            rows[n] = dict(zip(nodes, values[:len(nodes)], strict=True))
     return rows
 
 

@@ -33,7 +33,6 @@ class Reader:
         self.files_read = 0
         self.warnings: list[str] = []
         self._bad: set[str] = set()
-        self._no_list: set[str] = set()  # *_list names found missing while the mask existed
         self._absent: set[str] = set()  # names missing both ways: the kernel does not have them
 
     def warn(self, message: str) -> None:
@@ -113,18 +112,17 @@ class Reader:
         return CPUSet.from_mask(mask)
 
     def cpus(self, directory: Path, name: str) -> CPUSet | None:
-        """``name_list`` if present (cheaper to parse), else the mask file ``name``.
+        """The mask file ``name`` (what hwloc reads, on every kernel), else its ``_list`` twin.
 
-        Once a ``_list`` file is missing next to its mask (old kernels), later CPUs go straight
-        to the mask: one failed open per name instead of one per CPU. A name missing both ways
-        is not asked for again (one kernel writes the same files for every CPU).
+        A name missing both ways is not asked for again (one kernel writes the same files for
+        every CPU): one failed open per name instead of one per CPU.
         """
         if name in self._absent:
             return None
-        if name not in self._no_list:
-            found = self.cpulist(directory / f"{name}_list")
-            if found is not None:
-                return found
         mask = self.cpumask(directory / name)
-        (self._no_list if mask is not None else self._absent).add(name)
-        return mask
+        if mask is not None:
+            return mask
+        found = self.cpulist(directory / f"{name}_list")
+        if found is None:
+            self._absent.add(name)
+        return found
