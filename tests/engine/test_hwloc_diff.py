@@ -14,21 +14,30 @@ KNOWN_DIVERGENCES): the answer must still agree on everything hwloc states.
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import shutil
-import subprocess
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.engine.topology.model import Topology
 from nri_pinner.engine.topology.sysfs import discover_with_warnings
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "sysfs"
-LSTOPO = shutil.which("lstopo-no-graphics")
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, FIXTURES.parents[2] / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+hwloc_xml = _load("hwloc_xml")
+LSTOPO, run_lstopo, groups = hwloc_xml.LSTOPO, hwloc_xml.run_lstopo, hwloc_xml.groups
 if LSTOPO is None and os.environ.get("NRI_PINNER_HWLOC_REQUIRED") == "1":  # scripts/test as root sets it
     raise RuntimeError("lstopo-no-graphics missing: scripts/test installs Debian's hwloc-nox")
 
@@ -41,68 +50,6 @@ KNOWN_DIVERGENCES = {
     # node sets; we move the whole core to its first CPU's node (a core cannot span nodes in the model)
     "fw-smt-across-nodes": ("hwloc keeps CPU 4 in node 1", "intersection without inclusion"),
 }
-
-
-@dataclass
-class Hwloc:
-    pus: CPUSet
-    packages: set[CPUSet] = field(default_factory=set)
-    cores: set[CPUSet] = field(default_factory=set)
-    l3: set[CPUSet] = field(default_factory=set)
-    numa: dict[int, CPUSet] = field(default_factory=dict)  # node -> CPUs
-    distances: dict[tuple[int, int], int] = field(default_factory=dict)
-    kinds: set[CPUSet] = field(default_factory=set)
-
-
-def _bitmap(text: str) -> CPUSet:
-    """hwloc bitmap: comma-separated 0x words, most significant first (an empty word is zero)."""
-    mask = 0
-    for word in text.replace("0xf...f", "0x0").split(","):
-        mask = (mask << 32) | int(word or "0", 16)
-    return CPUSet.from_mask(mask)
-
-
-def run_lstopo(tree: Path, expect_stderr: str = "") -> Hwloc:
-    assert LSTOPO is not None
-    env = {**os.environ, "HWLOC_FSROOT": str(tree), "HWLOC_COMPONENTS": "-x86", "HWLOC_USE_NUMA_DISTANCES": "1"}
-    proc = subprocess.run([LSTOPO, "--of", "xml", "-"], env=env, capture_output=True, text=True, timeout=60,
-                          check=True)
-    if expect_stderr:
-        assert expect_stderr in proc.stderr, f"hwloc no longer reports the firmware bug of {tree.name}"
-    else:
-        assert proc.stderr == "", f"hwloc warned on {tree.name}: {proc.stderr}"
-    root = ET.fromstring(proc.stdout)
-    out = Hwloc(pus=CPUSet())
-    pus: list[int] = []
-    for obj in root.iter("object"):
-        kind, cpuset = obj.get("type"), _bitmap(obj.get("cpuset", "0x0"))
-        if kind == "PU":
-            pus.append(int(obj.get("os_index", "-1")))
-        elif kind == "Package":
-            out.packages.add(cpuset)
-        elif kind == "Core":
-            out.cores.add(cpuset)
-        elif kind == "L3Cache":
-            out.l3.add(cpuset)
-        elif kind == "NUMANode":
-            out.numa[int(obj.get("os_index", "-1"))] = cpuset
-    out.pus = CPUSet(pus)
-    for dist in root.iter("distances2"):
-        if dist.get("type") != "NUMANode":
-            continue
-        # long arrays are split over several elements
-        nodes = [int(v) for e in dist.iter("indexes") for v in (e.text or "").split()]
-        values = [int(v) for e in dist.iter("u64values") for v in (e.text or "").split()]
-        for i, a in enumerate(nodes):
-            for j, b in enumerate(nodes):
-                out.distances[(a, b)] = values[i * len(nodes) + j]
-    for cpukind in root.iter("cpukind"):
-        out.kinds.add(_bitmap(cpukind.get("cpuset", "0x0")))
-    return out
-
-
-def groups(topo: Topology, sets: object) -> set[CPUSet]:
-    return {s & topo.online for s in sets.values()} - {CPUSet()}  # type: ignore[attr-defined]
 
 
 FIXTURE_NAMES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
