@@ -493,3 +493,9 @@ def test_long_distance_rows_are_read_by_node_id(tmp_path: Path) -> None:
     (node_dir / "node2" / "distance").write_text("10 21 10\n")
     topo = discover(root)
     assert topo.distance(1, 2) == 21 and topo.distance(1, 1) == 10
+
+
+def test_a_tree_naming_no_cpu_raises(tmp_path: Path) -> None:
+    (sysdir(tmp_path) / "cpu").mkdir(parents=True)
+    with pytest.raises(SysfsError, match="no CPUs under"):
+        discover(tmp_path)

@@ -1,7 +1,8 @@
 """Discovery never crashes on a readable tree: random files of every fixture removed or corrupted.
 
-The only allowed failure is SysfsError for a missing cpu directory (an unreadable root); every
-other tree yields a Topology, and `nri-pinner topology` exits 0 on it.
+The only allowed failure is SysfsError for a missing cpu directory (an unreadable root) or a tree
+that names no CPU at all (no cpuN, no present/online list); every other tree yields a Topology,
+and `nri-pinner topology` exits 0 on it.
 """
 # mypy: disable-error-code="untyped-decorator"
 
@@ -59,8 +60,8 @@ def test_no_exception_escapes(name: str, damage: list[tuple[str, int, bytes]]) -
         cpu_dir = root / "sys" / "devices" / "system" / "cpu"
         try:
             found = discover_with_warnings(root)
-        except SysfsError:
-            assert not cpu_dir.is_dir()  # the only error: no cpu directory
+        except SysfsError as exc:  # the only errors: no cpu directory, or not one CPU named anywhere
+            assert not cpu_dir.is_dir() or "no CPUs under" in str(exc)
             return
         topo = found.topology
         assert topo.online and topo.online.issubset(topo.all_cpus)
