@@ -265,41 +265,45 @@ NAMED: dict[str, Shape] = {
                               isolated=frozenset({2, 10, 14}), possible_extra=16),
     # -- what real machines get wrong (issue 22); each case numbered as in the issue --
     # 1: every file NUL-terminated (list and mask parsing must strip it)
-    "nul-terminated": Shape(cores_per_numa=4, nul_terminated=True),
+    "nul-terminated": Shape(l1_l2_files=False, cores_per_numa=4, nul_terminated=True),
     # 2+3: pre-4.x kernel: masks only (3 words: 64 present + 32 possible-extra CPUs), no cache id,
     # no die files; 2 sockets x 2 nodes
-    "old-kernel-masks": Shape(sockets=2, numa_per_socket=2, cores_per_numa=8, possible_extra=32,
+    "old-kernel-masks": Shape(l1_l2_files=False, sockets=2, numa_per_socket=2, cores_per_numa=8, possible_extra=32,
                               old_kernel=True),
     # 3: modern kernel without cache/index3/id (some architectures): L3 groups from shared_cpu_list
-    "no-cache-id": Shape(cores_per_numa=8, l3_per_socket=4, siblings="adjacent", l3_id_files=False),
+    "no-cache-id": Shape(l1_l2_files=False, cores_per_numa=8, l3_per_socket=4, siblings="adjacent", l3_id_files=False),
     # 4: physical_package_id -1 everywhere (virtual machines, some POWER)
-    "package-id-minus-one": Shape(sockets=2, cores_per_numa=2, package_id=-1),
+    "package-id-minus-one": Shape(l1_l2_files=False, sockets=2, cores_per_numa=2, package_id=-1),
     # 4: package ids not unique (s390 books/drawers): two packages both say 0
-    "package-id-repeated": Shape(sockets=2, cores_per_numa=2, package_id=0),
+    "package-id-repeated": Shape(l1_l2_files=False, sockets=2, cores_per_numa=2, package_id=0),
     # 5: CPU 3 (node 1) also listed in node 2: the first node keeps it
-    "fw-cpu-in-two-nodes": Shape(sockets=3, cores_per_numa=2, threads_per_core=1, extra_numa_claims=((3, 2),)),
+    "fw-cpu-in-two-nodes": Shape(l1_l2_files=False, sockets=3, cores_per_numa=2, threads_per_core=1,
+                                 extra_numa_claims=((3, 2),)),
     # 5: firmware lists CPU 4 (sibling of CPU 0, node 0) in node 1: siblings span nodes
-    "fw-smt-across-nodes": Shape(sockets=2, cores_per_numa=2, numa_moves=((4, 1),)),
+    "fw-smt-across-nodes": Shape(l1_l2_files=False, sockets=2, cores_per_numa=2, numa_moves=((4, 1),)),
     # 5: distance rows with two extra trailing values
-    "fw-distance-long-rows": Shape(sockets=2, cores_per_numa=2, distance_row_extra=2),
+    "fw-distance-long-rows": Shape(l1_l2_files=False, sockets=2, cores_per_numa=2, distance_row_extra=2),
     # 5: two memory-only nodes (CXL / HBM) after the CPU nodes
-    "memory-only-nodes": Shape(sockets=2, cores_per_numa=2, cpuless_nodes=2),
+    "memory-only-nodes": Shape(l1_l2_files=False, sockets=2, cores_per_numa=2, cpuless_nodes=2),
     # 5: no node 0 (nodes 1-2), and CPU 0 offline
-    "node0-absent-cpu0-offline": Shape(sockets=2, cores_per_numa=2, first_node=1, offline=frozenset({0})),
+    "node0-absent-cpu0-offline": Shape(l1_l2_files=False, sockets=2, cores_per_numa=2, first_node=1,
+                                       offline=frozenset({0})),
     # 6: no cpu/online or cpu/offline, no cpuN/online: all CPUs with a topology dir are online
-    "no-online-files": Shape(cores_per_numa=2, online_files="none"),
+    "no-online-files": Shape(l1_l2_files=False, cores_per_numa=2, online_files="none"),
     # 6: only per-CPU online files (cpu0 has none), CPUs 3 and 7 offline; possible 0-15
-    "per-cpu-online": Shape(cores_per_numa=4, online_files="per-cpu", offline=frozenset({3, 7}),
+    "per-cpu-online": Shape(l1_l2_files=False, cores_per_numa=4, online_files="per-cpu", offline=frozenset({3, 7}),
                             possible_extra=8),
     # 7: Intel hybrid (cpu_core/cpu_atom PMUs): 4 P-cores + 4 E-cores, SMT off
-    "hybrid-intel": Shape(cores_per_numa=8, threads_per_core=1, e_cores_per_socket=4),
+    "hybrid-intel": Shape(l1_l2_files=False, cores_per_numa=8, threads_per_core=1, e_cores_per_socket=4),
     # 7: arm64 big.LITTLE via cpu_capacity: 2 big + 4 little, clusters per kind
-    "hybrid-arm-capacity": Shape(cores_per_numa=6, threads_per_core=1, e_cores_per_socket=4,
+    "hybrid-arm-capacity": Shape(l1_l2_files=False, cores_per_numa=6, threads_per_core=1, e_cores_per_socket=4,
                                  hybrid="capacity", l3_per_socket=1, clusters_per_die=3),
     # 7: big.LITTLE seen only through cpufreq (no cpu_capacity): 4 big + 4 little
-    "hybrid-arm-cpufreq": Shape(cores_per_numa=8, threads_per_core=1, e_cores_per_socket=4, hybrid="cpufreq"),
+    "hybrid-arm-cpufreq": Shape(l1_l2_files=False, cores_per_numa=8, threads_per_core=1, e_cores_per_socket=4,
+                                hybrid="cpufreq"),
     # 8: 2 dies per socket, 2 L3s per die, 4 clusters (2-core L2 modules) per die
-    "dies-clusters": Shape(sockets=2, cores_per_numa=16, threads_per_core=1, dies_per_socket=2,
+    "dies-clusters": Shape(l1_l2_files=False, sockets=2, cores_per_numa=16, threads_per_core=1,
+                           dies_per_socket=2,
                            l3_per_socket=4, clusters_per_die=4),
 }
 
