@@ -56,3 +56,15 @@ def test_config_key() -> None:
     assert load("").cpu_manager.core_kinds == "prefer-same"
     with pytest.raises(ConfigError, match="core_kinds"):
         load('[cpu_manager]\ncore_kinds = "never"\n')
+
+
+def test_l3_group_stays_the_uncore_unit_on_multi_l3_dies() -> None:
+    """dies-clusters: 2 dies per socket, 2 L3 groups (4 CPUs) per die, 4 clusters per die."""
+    from nri_pinner.engine.cpumanager.options import StaticPolicyOptions
+
+    topo = discover(FIXTURES / "dies-clusters")
+    options = StaticPolicyOptions(prefer_align_cpus_by_uncorecache=True)
+    policy = StaticPolicy(topo, reserved=CPUSet([0]), options=options)
+    _, got = policy.allocate(policy.initial_state(), "pod", "c", 4000, 4000, "Guaranteed")
+    assert len({topo.by_cpu[c].l3 for c in got.cpus}) == 1  # one L3 group, not one die
+    assert got.cpus == CPUSet.parse("4-7")  # the first whole L3 group (0-3 holds reserved CPU 0)
