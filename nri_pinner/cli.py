@@ -161,18 +161,25 @@ class CLIError(Exception):
 
 
 def _topology(root: str, as_json: bool) -> int:
-    from .engine.topology.sysfs import SysfsError, discover
+    """Print what discovery found plus its repairs; only an unreadable root fails (exit 2)."""
+    from .engine.topology.sysfs import SysfsError, discover_with_warnings
     from .engine.topology.view import render_topology
 
     try:
-        topo = discover(root)
+        found = discover_with_warnings(root)
     except SysfsError as exc:
         raise CLIError(str(exc)) from exc
     if as_json:
-        json.dump(topo.to_json(), sys.stdout, indent=1)
+        out = found.topology.to_json()
+        out["repairs"] = list(found.warnings)
+        out["sources"] = found.sources
+        json.dump(out, sys.stdout, indent=1)
         print()
-    else:
-        print(render_topology(topo))
+        return 0
+    print(render_topology(found.topology), end="")
+    print("sources: " + ", ".join(f"{k} from {v}" for k, v in found.sources.items()))
+    for warning in found.warnings:
+        print(f"repaired: {warning}")
     return 0
 
 

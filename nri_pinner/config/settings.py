@@ -48,6 +48,7 @@ class CPUManagerSettings:
     reserved_cpu_count: int = 0
     policy_options: frozenset[str] = frozenset()
     isolated_cpus: str = "exclusive-first"  # or "unused"
+    core_kinds: str = "prefer-same"  # hybrid CPUs: "mixed" | "prefer-same" | "strict"
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,7 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
         reserved_cpus=reserved, reserved_cpu_count=count,
         policy_options=r.options("policy_options", CPU_POLICY_OPTIONS)[0],
         isolated_cpus=r.choice("isolated_cpus", "exclusive-first", ("exclusive-first", "unused")),
+        core_kinds=r.choice("core_kinds", "prefer-same", ("mixed", "prefer-same", "strict")),
     )
     r.done()
 

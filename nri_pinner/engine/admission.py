@@ -93,7 +93,8 @@ class Engine:
         options = StaticPolicyOptions(prefer_isolated_cpus=cm.isolated_cpus == "exclusive-first", **flags)
         reserved = cm.reserved_cpus if cm.reserved_cpus is not None else (
             reserved_by_count(topology, cm.reserved_cpu_count, options) if cm.reserved_cpu_count else EMPTY)
-        policy = StaticPolicy(topology, reserved, options, topology_policy_name=tm.policy)
+        policy = StaticPolicy(topology, reserved, options, topology_policy_name=tm.policy,
+                              core_kinds=cm.core_kinds)
         closest = "prefer-closest-numa-nodes" in tm.policy_options
         notes: list[str] = []
         if closest and not topology.numa_distances:

@@ -15,7 +15,7 @@ from nri_pinner.engine.topology.view import ISOLATED_MARK, OFFLINE_MARK, UNOWNED
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "sysfs"
 ALL_FIXTURES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
-CELL = re.compile(r"^(\d+)(\(iso\)|\(off\))?(?:=(\S+))?$")
+CELL = re.compile(r"^(\d+)(?:\[[\w-]+\])?(\(iso\)|\(off\))?(?:=(\S+))?$")  # 3[P](iso)=pod/c
 
 
 def test_fixtures_are_present() -> None:
@@ -87,7 +87,7 @@ def test_render_draws_each_core_once_with_its_threads(name: str) -> None:
     text = render_topology(topo)
     rows = cells(text)
     assert len(rows) == len(topo.core_cpus)
-    drawn = {frozenset(int(c.split("(")[0].split("=")[0]) for c in row) for _l, row in rows}
+    drawn = {frozenset(int(re.split(r"[(=\[]", c)[0]) for c in row) for _l, row in rows}
     assert drawn == {frozenset(s) for s in topo.core_cpus.values()}
     assert set(parsed_threads(text)) == set(topo.all_cpus)
     assert "=" not in "".join(c for _l, row in rows for c in row)  # no owners asked for
@@ -147,3 +147,10 @@ def test_render_plain_machine_has_no_legend() -> None:
     assert "legend" not in text
     assert text.splitlines()[0].startswith("2 CPUs; 1 socket, 1 NUMA node, 2 cores")
     assert "distance" not in text  # one node: nothing to compare
+
+
+def test_render_marks_core_kinds() -> None:
+    topo = discover(FIXTURES / "hybrid-intel")
+    text = render_topology(topo, owners={1: "pod/c"})
+    assert "1[P]=pod/c" in text and "4[E]=-" in text
+    assert "[K] core kind E: 4-7, P: 0-3" in text

@@ -29,6 +29,7 @@ from ..cpuset import EMPTY, CPUSet
 from ..errors import InsufficientCPUs, PolicyOptionError, SMTAlignmentError
 from ..qos import QoS
 from ..topology.model import Topology
+from . import core_kinds as core_kinds_mod
 from .allocator import take_by_topology
 from .index import index_for
 from .options import StaticPolicyOptions
@@ -89,8 +90,10 @@ class StaticPolicy:
         reserved: CPUSet = EMPTY,
         options: StaticPolicyOptions | None = None,
         topology_policy_name: str = "none",
+        core_kinds: str = core_kinds_mod.DEFAULT,
     ) -> None:
         self.topology = topology
+        self.core_kinds = core_kinds
         self.options = options or StaticPolicyOptions()
         self.options.validate(topology, topology_policy_name)
         if not reserved.issubset(topology.online):
@@ -221,6 +224,7 @@ class StaticPolicy:
         self, state: EngineState, n: int, numa_affinity: int | None, reusable: CPUSet
     ) -> CPUSet:
         allocatable = self.available_for_exclusive(state) | reusable
+        allocatable = core_kinds_mod.pool_for(self.topology, allocatable, n, self.core_kinds)
         result = EMPTY
         if numa_affinity is not None:
             aligned = allocatable & self._aligned_cpus(numa_affinity)

@@ -27,6 +27,8 @@ class CPUInfo:
     die: int = 0
     online: bool = True
     isolated: bool = False
+    cluster: int = 0  # cluster group (arm64 clusters, x86 L2 modules), machine-wide; 0 if unknown
+    kind: str = ""  # core kind on hybrid CPUs ("P"/"E", "big"/"little"); "" on uniform machines
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class Topology:
     cpus: tuple[CPUInfo, ...]
     numa_distances: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
     numa_memory_bytes: Mapping[int, int] = field(default_factory=dict)
+    # NUMA nodes without CPUs (memory-only: CXL, HBM, offline CPUs' nodes): valid cpuset.mems targets
+    memory_only_nodes: tuple[int, ...] = ()
 
     # derived, filled in __post_init__
     by_cpu: Mapping[int, CPUInfo] = field(init=False, repr=False, compare=False)
@@ -48,6 +52,7 @@ class Topology:
     core_cpus: Mapping[int, CPUSet] = field(init=False, repr=False, compare=False)
     l3_cpus: Mapping[int, CPUSet] = field(init=False, repr=False, compare=False)
     die_cpus: Mapping[tuple[int, int], CPUSet] = field(init=False, repr=False, compare=False)
+    kind_cpus: Mapping[str, CPUSet] = field(init=False, repr=False, compare=False)  # {} if uniform
 
     def __post_init__(self) -> None:
         if not self.cpus:
@@ -76,6 +81,9 @@ class Topology:
         s(self, "core_cpus", _sets(self.cpus, lambda c: core_of[c.cpu]))
         s(self, "l3_cpus", _sets(self.cpus, lambda c: c.l3))
         s(self, "die_cpus", _sets(self.cpus, lambda c: (c.socket, c.die)))
+        kinds = _sets([c for c in self.cpus if c.kind], lambda c: c.kind)
+        s(self, "kind_cpus", kinds if len(kinds) > 1 else {})
+        s(self, "memory_only_nodes", tuple(sorted(set(self.memory_only_nodes) - set(self.numa_cpus))))
         missing = [n for n in self.numa_cpus if self.numa_distances and n not in self.numa_distances]
         if missing:
             raise TopologyError(f"NUMA distances missing for node(s) {missing}")
@@ -84,6 +92,11 @@ class Topology:
     @property
     def numa_nodes(self) -> list[int]:
         return sorted(self.numa_cpus)
+
+    @property
+    def all_numa_nodes(self) -> list[int]:
+        """Every NUMA node, memory-only ones included (what cpuset.mems may name)."""
+        return sorted(set(self.numa_cpus) | set(self.memory_only_nodes))
 
     @property
     def sockets(self) -> list[int]:
@@ -114,7 +127,7 @@ class Topology:
 
     # -- JSON shape (shared by `topology --json` and `simulate`) -----------
     def to_json(self) -> dict[str, Any]:
-        nodes = self.numa_nodes
+        nodes = self.all_numa_nodes
         cpus = []
         for c in self.cpus:
             entry: dict[str, Any] = {"cpu": c.cpu, "core": c.core, "socket": c.socket,
@@ -123,11 +136,17 @@ class Topology:
                 entry["online"] = False
             if c.isolated:
                 entry["isolated"] = True
+            if c.cluster:
+                entry["cluster"] = c.cluster
+            if c.kind:
+                entry["kind"] = c.kind
             cpus.append(entry)
         out: dict[str, Any] = {
             "cpus": cpus,
             "numa_distances": [[self.distance(a, b) for b in nodes] for a in nodes],
         }
+        if self.memory_only_nodes:
+            out["memory_only_nodes"] = list(self.memory_only_nodes)
         if self.numa_memory_bytes:
             out["numa_memory_bytes"] = {str(n): v for n, v in sorted(self.numa_memory_bytes.items())}
         return out
@@ -142,13 +161,15 @@ class Topology:
                     cpu=_int(c, "cpu"), socket=_int(c, "socket"), core=_int(c, "core"),
                     numa=_int(c, "numa", 0), l3=_int(c, "l3", _int(c, "socket")),
                     die=_int(c, "die", 0), online=bool(c.get("online", True)),
-                    isolated=bool(c.get("isolated", False)),
+                    isolated=bool(c.get("isolated", False)), cluster=_int(c, "cluster", 0),
+                    kind=str(c.get("kind", "")),
                 )
                 for c in raw_cpus
             )
-        except (KeyError, TypeError) as exc:
+            memory_only = tuple(int(n) for n in data.get("memory_only_nodes") or ())
+        except (KeyError, TypeError, ValueError) as exc:
             raise TopologyError(f"bad topology.cpus entry: {exc}") from exc
-        nodes = sorted({c.numa for c in cpus})
+        nodes = sorted({c.numa for c in cpus} | set(memory_only))
         dist_rows: Sequence[Sequence[int]] = data.get("numa_distances") or []
         distances: dict[int, dict[int, int]] = {}
         if dist_rows:
@@ -158,7 +179,7 @@ class Topology:
             distances = {a: {b: int(dist_rows[i][j]) for j, b in enumerate(nodes)}
                          for i, a in enumerate(nodes)}
         mem = {int(k): int(v) for k, v in (data.get("numa_memory_bytes") or {}).items()}
-        return cls(cpus=cpus, numa_distances=distances, numa_memory_bytes=mem)
+        return cls(cpus=cpus, numa_distances=distances, numa_memory_bytes=mem, memory_only_nodes=memory_only)
 
 
 def _int(entry: Mapping[str, Any], key: str, default: int | None = None) -> int:

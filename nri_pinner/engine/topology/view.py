@@ -36,6 +36,8 @@ def render_topology(topo: Topology, owners: Mapping[int, str] | None = None) -> 
                     lines.append(indent + _node_line(topo, node, in_node, show_l3=not split_l3))
                     lines.extend(_node_body(topo, in_node, indent + "  ", split_l3, owners))
     marks = []
+    if topo.kind_cpus:
+        marks.append("[K] core kind " + ", ".join(f"{k}: {c}" for k, c in topo.kind_cpus.items()))
     if topo.isolated:
         marks.append(f"{ISOLATED_MARK} isolated")
     if topo.online != topo.all_cpus:
@@ -54,7 +56,10 @@ def _summary(topo: Topology) -> str:
         parts.append(f"{n_online} online")
     if topo.isolated:
         parts.append(f"{len(topo.isolated)} isolated ({topo.isolated})")
-    shape = (f"{_plural(len(topo.sockets), 'socket')}, {_plural(len(topo.numa_nodes), 'NUMA node')}, "
+    extra = ""
+    if topo.memory_only_nodes:
+        extra = f" (+{len(topo.memory_only_nodes)} memory-only: {','.join(map(str, topo.memory_only_nodes))})"
+    shape = (f"{_plural(len(topo.sockets), 'socket')}, {_plural(len(topo.numa_nodes), 'NUMA node')}{extra}, "
              f"{_plural(len(topo.core_cpus), 'core')}, {_plural(len(topo.l3_cpus), 'L3 group')}, "
              f"{topo.threads_per_core} thread{'s' if topo.threads_per_core > 1 else ''}/core")
     return ", ".join(parts) + "; " + shape
@@ -98,6 +103,8 @@ def _core_lines(topo: Topology, cores: list[int], indent: str, owners: Mapping[i
 def _thread(topo: Topology, cpu: int, owners: Mapping[int, str] | None) -> str:
     info = topo.by_cpu[cpu]
     text = str(cpu)
+    if topo.kind_cpus and info.kind:
+        text += f"[{info.kind}]"
     if not info.online:
         text += OFFLINE_MARK
     elif info.isolated:
