@@ -8,7 +8,7 @@ exactly the same path. Rejections are data (`Decision.admitted = False`), not ex
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..config import Settings
@@ -16,11 +16,19 @@ from .cpumanager.options import StaticPolicyOptions
 from .cpumanager.state import EngineState
 from .cpumanager.static_policy import StaticPolicy, guaranteed_cpus, reserved_by_count
 from .cpuset import EMPTY, CPUSet
-from .errors import AdmissionError
+from .errors import AdmissionError, TopologyAffinityError
 from .qos import QoS
 from .topology.model import Topology
 from .topologymanager.cpu_hints import CPUHintProvider
-from .topologymanager.hints import HintProvider, HintRequest, ResourceHints, StaticHintProvider, TopologyHint, nodes_of
+from .topologymanager.hints import (
+    HintProvider,
+    HintRequest,
+    ResourceHints,
+    StaticHintProvider,
+    TopologyHint,
+    format_mask,
+    nodes_of,
+)
 from .topologymanager.merge import MergeResult, Policy, TopologyManager, merge_container, merge_pod
 
 
@@ -76,9 +84,13 @@ class Engine:
         self.extra_providers = tuple(providers)
 
     @classmethod
-    def from_settings(cls, settings: Settings, topology: Topology) -> Engine:
-        """Build from validated settings; `PolicyOptionError` names what the kubelet would refuse."""
+    def from_settings(cls, settings: Settings, topology: Topology, providers: Sequence[HintProvider] = ()) -> Engine:
+        """Build from validated settings; `PolicyOptionError` names what the kubelet would refuse.
+        ``providers``: the hint providers the caller wires up for ``hints.providers`` beyond CPU."""
         cm, tm = settings.cpu_manager, settings.topology_manager
+        unwired = set(settings.hints.providers) - {"cpu"} - {p.name for p in providers}
+        if unwired:  # an enabled provider must never be silently absent
+            raise ValueError(f"hint provider(s) {sorted(unwired)} enabled but not wired up")
         flags = {name.replace("-", "_"): True for name in cm.policy_options}
         options = StaticPolicyOptions(prefer_isolated_cpus=cm.isolated_cpus == "exclusive-first", **flags)
         reserved = cm.reserved_cpus if cm.reserved_cpus is not None else (
@@ -86,7 +98,7 @@ class Engine:
         policy = StaticPolicy(topology, reserved, options, topology_policy_name=tm.policy)
         manager = TopologyManager.from_topology(
             topology, tm.policy, prefer_closest_numa_nodes="prefer-closest-numa-nodes" in tm.policy_options)
-        return cls(topology, policy, manager, tm.scope)
+        return cls(topology, policy, manager, tm.scope, providers)
 
     # -- queries ---------------------------------------------------------------------------------
     def initial_state(self) -> EngineState:
@@ -139,11 +151,14 @@ class Engine:
             if state.pod_assignments(req.pod):
                 return None  # the pod was admitted as a whole with its first container
             total = n if req.pod_exclusive_cpus is None else req.pod_exclusive_cpus
-            return merge_pod(self.manager, providers, HintRequest(
-                req.pod, None, exclusive_cpus=total, static_hints=req.hints))
-        return merge_container(self.manager, providers, HintRequest(
-            req.pod, req.container, exclusive_cpus=n, reusable_cpus=self.policy.reusable(state, req.pod),
-            allocated_cpus=allocated, static_hints=req.hints))
+            request = HintRequest(req.pod, None, exclusive_cpus=total, static_hints=req.hints)
+            result = merge_pod(self.manager, providers, request)
+        else:
+            request = HintRequest(
+                req.pod, req.container, exclusive_cpus=n, reusable_cpus=self.policy.reusable(state, req.pod),
+                allocated_cpus=allocated, static_hints=req.hints)
+            result = merge_container(self.manager, providers, request)
+        return result if result.admit else _name_providers(result, providers, request)
 
     def _pod_affinity(self, state: EngineState, pod: str) -> int | None:
         for a in state.pod_assignments(pod):
@@ -155,3 +170,23 @@ class Engine:
                   reason: str, message: str) -> Decision:
         return Decision(req.pod, req.container, False, False, EMPTY, (), self.policy.shared_pool(state), hint,
                         reason, message)
+
+
+def _name_providers(result: MergeResult, providers: Sequence[HintProvider], request: HintRequest) -> MergeResult:
+    """A rejection says what each provider with a preference wanted (asked again: rejections are rare)."""
+    wanted = []
+    for provider in providers:
+        for resource, hints in (provider.hints(request) or {}).items():
+            if hints is None:
+                continue
+            preferred: list[str] = []
+            for seen, h in enumerate(hints):  # kubelet order: narrowest first, so preferred ones lead
+                if (preferred and not h.preferred) or seen >= 256:
+                    break
+                if h.preferred and len(preferred) < 4:
+                    preferred.append(format_mask(h.affinity))
+            label = provider.name if resource == provider.name else f"{provider.name} ({resource})"
+            wanted.append(f"{label} prefers {' or '.join(preferred) or 'nothing it can satisfy'}")
+    if not wanted or result.error is None:
+        return result
+    return replace(result, error=TopologyAffinityError(f"{result.error}; {'; '.join(wanted)}"))
