@@ -23,6 +23,9 @@ class Metrics:
                                          ["path"], registry=r)
         self.late_replies = Counter("nri_pinner_late_handler_replies",
                                     "Handlers cut off at the budget (fallback answered)", ["method"], registry=r)
+        self.nic_lookups_late = Counter("nri_pinner_nic_lookups_late",
+                                        "Creates admitted without NIC hints: the pod's NIC lookup was still running",
+                                        registry=r)
         self.runtime = Info("nri_pinner_runtime", "The container runtime we are connected to", registry=r)
 
     def serve(self, address: str, port: int) -> None:

@@ -188,7 +188,7 @@ class NicLookup:
 
     def __init__(self, sysfs_root: str = "/", wait_seconds: float = LOOKUP_WAIT_SECONDS,
                  reader: Reader = read_links, on_late: Callable[[], None] | None = None) -> None:
-        self.sysfs_root, self.wait_seconds, self._reader, self._on_late = sysfs_root, wait_seconds, reader, on_late
+        self.sysfs_root, self.wait_seconds, self._reader, self.on_late = sysfs_root, wait_seconds, reader, on_late
         self._lock = threading.Lock()
         self._pending: dict[str, Future[SandboxNics]] = {}  # by sandbox id
         self._by_pod: dict[str, str] = {}  # pod key -> sandbox id
@@ -238,8 +238,8 @@ class NicLookup:
             return future.result(timeout=self.wait_seconds)
         except TimeoutError:
             self.late += 1
-            if self._on_late is not None:
-                self._on_late()
+            if self.on_late is not None:
+                self.on_late()
             log.warning("NIC lookup not finished in time; container admitted without NIC hints",
                         pod=pod_key(pod), wait_seconds=self.wait_seconds)
             return None

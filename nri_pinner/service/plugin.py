@@ -23,6 +23,7 @@ from ..nri.gen import api_pb2 as api
 from . import checkpoint
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
+from .netns import NicLookup
 from .rebuild import checkpoint_entries, rebuild
 from .tracker import Tracked, Tracker
 
@@ -42,8 +43,9 @@ def cpu_update(container_id: str, cpus: CPUSet | str, mems: str) -> api.Containe
 
 class PinnerPlugin:
     def __init__(self, settings: Settings, tracker: Tracker, metrics: Metrics,
-                 prior_checkpoint: dict[str, Any] | None = None) -> None:
+                 prior_checkpoint: dict[str, Any] | None = None, nics: NicLookup | None = None) -> None:
         self.settings, self.tracker, self.metrics = settings, tracker, metrics
+        self.nics = nics  # the pods' NIC lookups (hints.providers has "nics")
         self._prior = checkpoint_entries(prior_checkpoint)
         self._seeded: dict[str, tuple[str, str]] = {}  # checkpoint entries held without a Synchronize
 
@@ -130,6 +132,9 @@ class PinnerPlugin:
             self._prior = checkpoint_entries(self._checkpoint_body())
 
     def synchronize(self, pods: list[api.PodSandbox], containers: list[api.Container]) -> list[api.ContainerUpdate]:
+        if self.nics is not None:  # NICs of pods that ran before we connected (background, never waited for)
+            for p in pods:
+                self.nics.start(p)
         tr = self.tracker
         with tr.lock:
             result = rebuild(tr.engine, self._prior, pods, containers)
@@ -151,6 +156,8 @@ class PinnerPlugin:
         except IntentError as exc:
             self.metrics.pinning_errors.labels("BadAnnotation").inc()
             raise AdmissionRefused(f"nri-pinner: {exc}") from exc
+        if self.nics is not None:  # bounded wait, outside the lock; afterwards the NIC provider reads its cache
+            self.nics.wait(req.pod)
         tr = self.tracker
         with tr.lock:
             self._mark_sidecars(intent.pod_key, intent.init)
@@ -277,7 +284,13 @@ class PinnerPlugin:
                 tr.state = tr.engine.remove(tr.state, *t.key)
                 self._commit()
 
+    def run_pod_sandbox(self, event: api.StateChangeEvent) -> None:
+        if self.nics is not None:
+            self.nics.start(event.pod)  # looked up in the background; the first create waits at most briefly
+
     def remove_pod_sandbox(self, event: api.StateChangeEvent) -> None:
+        if self.nics is not None:
+            self.nics.forget(event.pod.id)
         tr = self.tracker
         with tr.lock:
             for t in [t for t in tr.containers.values() if t.sandbox_id == event.pod.id]:

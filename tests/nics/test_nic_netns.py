@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from conftest import PodNetns, fixture_sysfs, host_nic, host_pci_of, on_thread, unique
+from nic_fixtures import PodNetns, fixture_sysfs, host_nic, host_pci_of, on_thread, unique
 from pyroute2 import IPRoute  # type: ignore[import-untyped]
 from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-untyped]
 
@@ -24,6 +24,9 @@ from nri_pinner.service.netns import (
     pod_netns_path,
     read_links,
 )
+
+if os.geteuid() != 0:
+    pytest.skip("network namespaces need root", allow_module_level=True)
 
 STARTED_IN = os.readlink("/proc/self/ns/net")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import fixture_sysfs
+from nic_fixtures import fixture_sysfs
 
 from nri_pinner.engine.topology.nic_pci import (
     NicPCIError,
