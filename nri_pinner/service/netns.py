@@ -37,6 +37,7 @@ log = structlog.get_logger("nri_pinner.nics")
 
 NICS_ANNOTATION = "nri-pinner.io/nics"
 LOOKUP_WAIT_SECONDS = 0.2  # well inside the create budget (runtime timeout 2 s minus the margin)
+CONCURRENT_LOOKUPS = 4  # a Synchronize starts one per running pod: keep netlink and threads bounded
 STACKED_KINDS = frozenset({"macvlan", "macvtap", "ipvlan", "ipvtap", "vlan"})
 MAX_STACK_DEPTH = 4
 IFF_LOOPBACK = 0x8
@@ -190,6 +191,7 @@ class NicLookup:
                  reader: Reader = read_links, on_late: Callable[[], None] | None = None) -> None:
         self.sysfs_root, self.wait_seconds, self._reader, self.on_late = sysfs_root, wait_seconds, reader, on_late
         self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(CONCURRENT_LOOKUPS)
         self._pending: dict[str, Future[SandboxNics]] = {}  # by sandbox id
         self._by_pod: dict[str, str] = {}  # pod key -> sandbox id
         self.late = 0
@@ -218,11 +220,12 @@ class NicLookup:
 
     def _run(self, future: Future[SandboxNics], sandbox: str, key: str, path: str,
              names: tuple[str, ...] | None) -> None:
-        started = time.perf_counter()
-        try:
-            links, problem = self._reader(path, self.sysfs_root, names), ""
-        except Exception as exc:
-            links, problem = (), f"NIC lookup failed: {exc}"
+        with self._slots:
+            started = time.perf_counter()
+            try:
+                links, problem = self._reader(path, self.sysfs_root, names), ""
+            except Exception as exc:
+                links, problem = (), f"NIC lookup failed: {exc}"
         result = SandboxNics(sandbox, key, path, links, problem, time.perf_counter() - started)
         if problem:
             log.warning("NIC lookup failed; no NIC hints for this pod", pod=key, netns=path or "host", error=problem)
