@@ -4,11 +4,12 @@ The host's ``/sys/class/net`` shows only the host namespace, and names like ``et
 pod, so each lookup runs on a short-lived thread of its own that ``setns()``es into the pod's
 namespace (a thread's namespace is its own; the thread then ends, so nothing has to be restored and
 nothing forks inside the gRPC process). There it lists the links over netlink and takes each link's
-parent device (``IFLA_PARENT_DEV_BUS_NAME`` / ``IFLA_PARENT_DEV_NAME``): physical NICs and SR-IOV
-VFs have one; macvlan/macvtap/ipvlan/vlan links are followed to their lower device, which usually
-sits in the host namespace (``IFLA_LINK_NETNSID`` = the host's id as the pod sees it), read through
-a netlink socket opened before the switch; veth and other virtual links have none and constrain
-nothing. The bus device is then resolved to a PCI function and NUMA node on the host's sysfs.
+parent device (``IFLA_PARENT_DEV_BUS_NAME`` / ``IFLA_PARENT_DEV_NAME``, or ethtool's bus-info where
+the kernel does not report those): physical NICs and SR-IOV VFs have one; macvlan/macvtap/ipvlan/vlan
+links are followed to their lower device, which usually sits in the host namespace
+(``IFLA_LINK_NETNSID`` = the host's id as the pod sees it), read through netlink and ioctl sockets
+opened before the switch; veth and other virtual links have none and constrain nothing. The bus
+device is then resolved to a PCI function and NUMA node on the host's sysfs.
 
 Host-network pods have no namespace of their own: they name their interfaces in the pod annotation
 ``nri-pinner.io/nics: "eth1,eth2"`` (in a pod namespace the annotation narrows the links that count).
@@ -19,7 +20,11 @@ Looked up once per sandbox (RunPodSandbox, or its first container) and cached; a
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import os
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,7 +35,7 @@ from typing import Any
 import structlog
 from pyroute2 import IPRoute, netns  # type: ignore[import-untyped]
 
-from ..engine.topology.nic_pci import place_device
+from ..engine.topology.nic_pci import PCI_ADDRESS, place_device
 from ..nri.gen import api_pb2 as api
 
 log = structlog.get_logger("nri_pinner.nics")
@@ -42,6 +47,8 @@ STACKED_KINDS = frozenset({"macvlan", "macvtap", "ipvlan", "ipvtap", "vlan"})
 MAX_STACK_DEPTH = 4
 IFF_LOOPBACK = 0x8
 IFNAMSIZ = 16
+SIOCETHTOOL, ETHTOOL_GDRVINFO = 0x8946, 0x3
+DRVINFO_SIZE, BUS_INFO_OFFSET = 196, 100  # struct ethtool_drvinfo: cmd, driver/version/fw_version[32], bus_info
 
 
 class NicAnnotationError(ValueError):
@@ -110,21 +117,25 @@ def annotated_names(pod: api.PodSandbox) -> tuple[str, ...] | None:
 # -- reading links (runs on the lookup's own thread) ----------------------------------------------
 
 
-def read_links(netns_path: str, sysfs_root: str, names: Sequence[str] | None = None) -> tuple[NicLink, ...]:
+def read_links(netns_path: str, sysfs_root: str, names: Sequence[str] | None = None, *,
+               parent_attrs: bool = True) -> tuple[NicLink, ...]:
     """The links of a namespace and their devices. With ``netns_path`` this moves the calling thread
-    into that namespace for good: call it only on a thread that ends afterwards."""
+    into that namespace for good: call it only on a thread that ends afterwards. ``parent_attrs=False``
+    reads devices through ethtool only, as on kernels that do not report ``IFLA_PARENT_DEV_*``."""
     host_fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
-        with IPRoute() as host:  # opened before the switch: stays bound to the host namespace
+        # opened before the switch: these stay bound to the host namespace
+        with IPRoute() as host, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as host_io:
             if netns_path:
                 fd = os.open(netns_path, os.O_RDONLY)
                 try:
                     netns.setns(fd, flags=0)
                 finally:
                     os.close(fd)
-            with IPRoute() as inside:
-                host_nsid = _nsid_of(inside, host_fd) if netns_path else None
-                found = [_describe(link, inside, host, host_nsid, sysfs_root)
+            with IPRoute() as inside, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as inside_io:
+                ctx = _Sides(inside, inside_io, host, host_io, _nsid_of(inside, host_fd) if netns_path else None,
+                             sysfs_root, parent_attrs)
+                found = [_describe(link, ctx)
                          for link in inside.get_links() if not int(link.get("flags", 0)) & IFF_LOOPBACK]
     finally:
         os.close(host_fd)
@@ -137,6 +148,17 @@ def read_links(netns_path: str, sysfs_root: str, names: Sequence[str] | None = N
     return tuple(by_name[n] for n in names)
 
 
+@dataclass(frozen=True)
+class _Sides:
+    inside: IPRoute
+    inside_io: socket.socket  # for ethtool ioctls, bound to the pod's namespace
+    host: IPRoute
+    host_io: socket.socket
+    host_nsid: int | None  # the host namespace's id as the pod's namespace sees it
+    root: str
+    parent_attrs: bool
+
+
 def _nsid_of(sock: IPRoute, fd: int) -> int | None:
     """The id the current namespace gives the namespace behind ``fd`` (None if it has none)."""
     try:
@@ -147,14 +169,42 @@ def _nsid_of(sock: IPRoute, fd: int) -> int | None:
     return nsid if isinstance(nsid, int) and nsid >= 0 else None
 
 
-def _describe(link: Any, inside: IPRoute, host: IPRoute, host_nsid: int | None, root: str) -> NicLink:
+def bus_info(io: socket.socket, ifname: str) -> str | None:
+    """ethtool's bus-info (``ETHTOOL_GDRVINFO``) for a link of ``io``'s namespace: a PCI address for
+    PCI NICs (virtio-net reports its PCI function); None when the driver has none or refuses."""
+    info = bytearray(struct.pack("I", ETHTOOL_GDRVINFO) + bytes(DRVINFO_SIZE - 4))
+    buf = (ctypes.c_char * DRVINFO_SIZE).from_buffer(info)
+    ifreq = struct.pack("16sP", ifname.encode()[:IFNAMSIZ - 1], ctypes.addressof(buf))
+    try:
+        fcntl.ioctl(io.fileno(), SIOCETHTOOL, ifreq)
+    except OSError:
+        return None
+    finally:
+        del buf  # release the export so the bytearray can be read and freed
+    text = bytes(info[BUS_INFO_OFFSET:BUS_INFO_OFFSET + 32]).split(b"\0", 1)[0].decode(errors="replace")
+    return text if PCI_ADDRESS.match(text) else None
+
+
+def _parent(link: Any, io: socket.socket, ctx: _Sides) -> tuple[str | None, str | None]:
+    if ctx.parent_attrs:
+        bus, dev = link.get("IFLA_PARENT_DEV_BUS_NAME"), link.get("IFLA_PARENT_DEV_NAME")
+        if bus and dev:
+            return str(bus), str(dev)
+    if link.get(("IFLA_LINKINFO", "IFLA_INFO_KIND")) is None:  # a device link: ask its driver
+        address = bus_info(io, str(link.get("ifname")))
+        if address is not None:
+            return "pci", address
+    return None, None
+
+
+def _describe(link: Any, ctx: _Sides) -> NicLink:
     name = str(link.get("ifname"))
     kind = str(link.get(("IFLA_LINKINFO", "IFLA_INFO_KIND")) or "device")
-    current, sock, via = link, inside, ""
+    current, sock, io, via = link, ctx.inside, ctx.inside_io, ""
     for _ in range(MAX_STACK_DEPTH):
-        bus, dev = current.get("IFLA_PARENT_DEV_BUS_NAME"), current.get("IFLA_PARENT_DEV_NAME")
+        bus, dev = _parent(current, io, ctx)
         if bus and dev:
-            placed = place_device(root, str(bus), str(dev))
+            placed = place_device(ctx.root, bus, dev)
             note = placed.note + (f" (via {via})" if via and placed.note else "")
             return NicLink(name, "vf" if placed.vf and kind == "device" else kind, placed.pci, placed.numa, note)
         lower_kind = current.get(("IFLA_LINKINFO", "IFLA_INFO_KIND"))
@@ -163,9 +213,9 @@ def _describe(link: Any, inside: IPRoute, host: IPRoute, host_nsid: int | None, 
             break
         nsid = current.get("IFLA_LINK_NETNSID")
         if nsid is not None:
-            if nsid != host_nsid or sock is host:
+            if nsid != ctx.host_nsid or sock is ctx.host:
                 return NicLink(name, kind, note=f"{lower_kind} on a link in another network namespace")
-            sock = host
+            sock, io = ctx.host, ctx.host_io
         lowers = sock.get_links(int(lower_index))
         if not lowers:
             return NicLink(name, kind, note=f"{lower_kind}: lower link {lower_index} not found")

@@ -6,6 +6,7 @@ the pod's namespace, exactly as a macvlan CNI would."""
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from nri_pinner.service.netns import (
     NicLink,
     NicLookup,
     annotated_names,
+    bus_info,
     pod_netns_path,
     read_links,
 )
@@ -195,3 +197,17 @@ def test_macvlan_chain_in_the_same_namespace(tmp_path: Path) -> None:
         finally:
             ip.link("del", index=ip.link_lookup(ifname=name)[0])
     assert (link.kind, link.pci, link.numa) == ("macvlan", pci, 1)
+
+
+def test_ethtool_bus_info_gives_the_same_device_as_the_parent_attributes(pod_netns: PodNetns,
+                                                                        tmp_path: Path) -> None:
+    # kernels that do not report IFLA_PARENT_DEV_*: the driver's bus-info, asked in the right namespace
+    root, host_if, pci = numa_root(tmp_path, 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as io:
+        assert bus_info(io, host_if) == pci
+        assert bus_info(io, "lo") is None and bus_info(io, unique("none")) is None
+    pod_netns.add_veth("eth0")
+    pod_netns.add_macvlan(host_if, "net1")
+    links = {x.name: x for x in on_thread(lambda: read_links(pod_netns.path, root, parent_attrs=False))}
+    assert (links["net1"].pci, links["net1"].numa) == (pci, 1)
+    assert (links["eth0"].pci, links["eth0"].numa) == (None, None)
