@@ -7,47 +7,27 @@ preferred when it has the fewest nodes any hint can have — which is exactly th
 NICs with no NUMA affinity, or on a node the topology does not have, are left out (the kubelet
 gives "no topology" devices no hints either); a pod with none of those has no preference.
 
-On N NUMA nodes there are 2^(N - |NIC nodes|) such masks (32,768 on 16 nodes: ~2 MB, ~30 ms to
-build); lists are cached per (nodes, NIC mask), since every pod behind the same NIC asks the same
-question, and the cache is small to bound that memory.
+On N NUMA nodes there are 2^(N - |NIC nodes|) such masks (32,768 on 16 nodes), so they are handed
+to the merge implicitly (``topologymanager/upset.py``), never listed.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import lru_cache
 
-from ..topologymanager.hints import HintRequest, ResourceHints, TopologyHint, mask_of
+from ..topologymanager.hints import HintRequest, ResourceHints, mask_of
+from ..topologymanager.upset import UpSetHints
 
 RESOURCE = "nics"
 
 
-def nic_hints(numa_nodes: Sequence[int], nic_nodes: Iterable[int]) -> tuple[TopologyHint, ...] | None:
+def nic_hints(numa_nodes: Sequence[int], nic_nodes: Iterable[int]) -> UpSetHints | None:
     """Every mask over ``numa_nodes`` holding all of ``nic_nodes``; ``None`` = no preference."""
     known = frozenset(numa_nodes)
     wanted = frozenset(n for n in nic_nodes if n in known)
     if not wanted:
         return None
-    return _hints(tuple(sorted(known)), mask_of(wanted))
-
-
-@lru_cache(maxsize=32)
-def _hints(nodes: tuple[int, ...], required: int) -> tuple[TopologyHint, ...]:
-    others = [1 << n for n in nodes if not required >> n & 1]
-    out = [TopologyHint(required, True)]
-    for size in range(1, len(others) + 1):  # the kubelet's order: by size, then combination order
-        for extra in itertools.combinations(others, size):
-            out.append(_non_preferred(required | sum(extra)))
-    return tuple(out)
-
-
-def _non_preferred(mask: int) -> TopologyHint:
-    # valid by construction (a non-empty mask): skip the checks, 2^15 hints on 16 NUMA nodes add up
-    hint: TopologyHint = object.__new__(TopologyHint)
-    object.__setattr__(hint, "affinity", mask)
-    object.__setattr__(hint, "preferred", False)
-    return hint
+    return UpSetHints(mask_of(known), mask_of(wanted))
 
 
 NicSource = Callable[[str], Sequence[int] | None]
