@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Callable
@@ -50,7 +51,7 @@ def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int 
     if nics is not None:  # hints.providers has "nics": each sandbox's NICs and the hints they give
         for entry in nics:
             hints = nic_hints(topo.numa_nodes, entry.get("numa", ()))
-            entry["hints"] = [str(h) for h in hints[:8]] if hints else []
+            entry["hints"] = [str(h) for h in itertools.islice(hints, 8)] if hints else []  # lazily listed
         doc["nics"] = nics
     return doc
 
