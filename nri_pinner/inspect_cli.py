@@ -87,4 +87,14 @@ def render_status(doc: dict[str, Any]) -> str:
         lines += ["", "recent rejections:"]
         lines += [f"  {d['namespace']}/{d['pod_name']}/{d['container']}: {d.get('reason')}: {d.get('message')}"
                   for d in rejected[-10:]]
+    if doc.get("nics"):
+        lines += ["", "pod NICs (NUMA hints):"]
+        for n in doc["nics"]:
+            if n.get("pending"):
+                lines.append(f"  sandbox {n['sandbox_id'][:12]}: lookup running")
+                continue
+            links = ", ".join(f"{x['name']}={x['pci'] or x['kind']}@{'-' if x['numa'] is None else x['numa']}"
+                              for x in n["links"]) or "-"
+            lines.append(f"  {n['pod']} ({n['netns']}): {links}; hints {' '.join(n['hints']) or 'none'}"
+                         + (f"; {n['problem']}" if n["problem"] else ""))
     return "\n".join(lines)

@@ -2,15 +2,18 @@
 
 Scenario: {"topology": {...same shape as `topology --json`...}, "config": {...TOML keys...},
 "ops": [{"op": "create", "pod": ..., "container": ..., "qos": ..., "cpu_request_milli": ...,
-"cpu_limit_milli": ..., "init": false, "restartable": false, "hints": {...}}, {"op": "remove", ...},
-{"op": "update", "pod": ..., "container": ..., "cpu_request_milli": ..., "cpu_limit_milli": ...}]}.
-``update`` is an in-place resize (engine only); its QoS defaults to the one the container was created with.
+"cpu_limit_milli": ..., "init": false, "restartable": false, "hints": {...}, "nics": [1, "0000:3b:00.0"]},
+{"op": "remove", ...}, {"op": "update", "pod": ..., "container": ..., "cpu_request_milli": ...,
+"cpu_limit_milli": ...}]}. ``update`` is an in-place resize (engine only); its QoS defaults to the one the
+container was created with. ``nics`` (with ``hints.providers = ["cpu", "nics"]``) sets the pod's NICs:
+NUMA node ids, or PCI addresses read under --sysfs (else the config's ``sysfs_root``).
 Output: one JSON object per op (JSON lines).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
@@ -19,13 +22,15 @@ from .config import ConfigError, from_mapping
 from .engine.admission import AdmissionRequest, Engine
 from .engine.cpumanager.state import EngineState
 from .engine.errors import EngineError
+from .engine.nicmanager.hints import NicHintProvider, NicTable
 from .engine.qos import QoS
 from .engine.topology.model import Topology, TopologyError
+from .engine.topology.nic_pci import NicPCIError, normalize_pci_address, numa_node_of_pci
 from .engine.topology.sysfs import SysfsError, discover
 from .engine.topologymanager.hints import parse_static_hints
 
 CREATE_KEYS = {"op", "pod", "container", "qos", "cpu_request_milli", "cpu_limit_milli", "init", "restartable",
-               "hints", "pod_exclusive_cpus"}
+               "hints", "pod_exclusive_cpus", "nics"}
 REMOVE_KEYS = {"op", "pod", "container"}
 UPDATE_KEYS = {"op", "pod", "container", "qos", "cpu_request_milli", "cpu_limit_milli"}
 
@@ -46,7 +51,10 @@ def load_engine(scenario: Mapping[str, Any], sysfs_root: str | None) -> Engine:
         else:
             raise ScenarioError("no topology: give scenario.topology or --sysfs ROOT")
         settings = from_mapping(scenario.get("config", {}), "scenario.config")
-        return Engine.from_settings(settings, topology)
+        providers = []
+        if "nics" in settings.hints.providers:
+            providers.append(NicHintProvider(topology.numa_nodes, ScenarioNics(sysfs_root or settings.sysfs_root)))
+        return Engine.from_settings(settings, topology, providers)
     except (TopologyError, SysfsError, ConfigError, EngineError) as exc:
         raise ScenarioError(str(exc)) from exc
 
@@ -65,6 +73,45 @@ def _topology(data: Any) -> Topology:
         raise ScenarioError(f"topology: {exc}") from exc
     except (TypeError, ValueError) as exc:
         raise ScenarioError(f"topology.numa_distances must be a matrix of integers: {exc}") from exc
+
+
+class ScenarioNics(NicTable):
+    """Pods' NIC NUMA nodes as the ops give them; PCI addresses are read under ``root``."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__()
+        self.root = root
+
+    def take(self, topology: Topology, pod: str, nics: Any, where: str) -> None:
+        if not isinstance(nics, list):
+            raise ScenarioError(f"{where}: 'nics' must be a list of NUMA node ids or PCI addresses")
+        nodes = []
+        for i, nic in enumerate(nics):
+            if isinstance(nic, int) and not isinstance(nic, bool):
+                if nic not in topology.numa_nodes:
+                    raise ScenarioError(f"{where}.nics[{i}]: NUMA node {nic} is not in the topology "
+                                        f"(nodes {', '.join(map(str, topology.numa_nodes))})")
+                nodes.append(nic)
+            elif isinstance(nic, str):
+                try:
+                    address = normalize_pci_address(nic)
+                except NicPCIError as exc:
+                    raise ScenarioError(f"{where}.nics[{i}]: {exc}") from exc
+                if not os.path.isdir(os.path.join(self.root, "sys", "bus", "pci", "devices", address)):
+                    raise ScenarioError(f"{where}.nics[{i}]: no PCI device {address} under {self.root}/sys/bus/pci")
+                node = numa_node_of_pci(self.root, address)
+                if node is not None:  # -1: no NUMA affinity, no constraint (as in the service)
+                    nodes.append(node)
+            else:
+                raise ScenarioError(f"{where}.nics[{i}]: expected a NUMA node id or a PCI address, got {nic!r}")
+        self.set(pod, nodes)
+
+
+def _scenario_nics(engine: Engine) -> ScenarioNics | None:
+    for provider in engine.extra_providers:
+        if isinstance(provider, NicHintProvider) and isinstance(provider.source, ScenarioNics):
+            return provider.source
+    return None
 
 
 def _request(op: Mapping[str, Any], where: str) -> AdmissionRequest:
@@ -116,16 +163,21 @@ def run_ops(engine: Engine, ops: Any) -> Iterator[dict[str, Any]]:
         raise ScenarioError("ops must be a list")
     state: EngineState = engine.initial_state()
     classes: dict[tuple[str, str], str] = {}  # QoS each container was created with (update's default)
+    nics = _scenario_nics(engine)
     for i, op in enumerate(ops):
         where = f"ops[{i}]"
         if not isinstance(op, Mapping):
             raise ScenarioError(f"{where}: must be an object")
         kind = op.get("op")
         if kind == "create":
-            req = _request(op, where)
-            state, decision = engine.admit(state, req)
+            request = _request(op, where)
+            if "nics" in op:
+                if nics is None:
+                    raise ScenarioError(f"{where}: 'nics' needs \"nics\" in config.hints.providers")
+                nics.take(engine.topology, request.pod, op["nics"], where)
+            state, decision = engine.admit(state, request)
             if decision.admitted:
-                classes.setdefault((req.pod, req.container), str(req.qos))
+                classes.setdefault((request.pod, request.container), str(request.qos))
             yield {"op": "create", **decision.to_json()}
         elif kind == "update":
             state, result = _update(engine, state, op, where, classes)

@@ -34,11 +34,10 @@ CPU_POLICY_OPTIONS = (
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 TOPOLOGY_SCOPES = ("container", "pod")
 TOPOLOGY_OPTIONS = ("prefer-closest-numa-nodes",)
-HINT_PROVIDERS = ("cpu",)
+HINT_PROVIDERS = ("cpu", "nics")
 # Accepted names that are planned but not built: refused with "not implemented yet", never ignored.
 NOT_IMPLEMENTED = {
     ("hints", "providers", "devices"): "device hints are not implemented yet",
-    ("hints", "providers", "nics"): "NIC hints are not implemented yet",
 }
 
 

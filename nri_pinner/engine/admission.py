@@ -18,11 +18,19 @@ from .cpumanager.resize import resize as resize_container
 from .cpumanager.state import EngineState
 from .cpumanager.static_policy import StaticPolicy, guaranteed_cpus, reserved_by_count
 from .cpuset import EMPTY, CPUSet
-from .errors import AdmissionError
+from .errors import AdmissionError, TopologyAffinityError
 from .qos import QoS
 from .topology.model import Topology
 from .topologymanager.cpu_hints import CPUHintProvider
-from .topologymanager.hints import HintProvider, HintRequest, ResourceHints, StaticHintProvider, TopologyHint, nodes_of
+from .topologymanager.hints import (
+    HintProvider,
+    HintRequest,
+    ResourceHints,
+    StaticHintProvider,
+    TopologyHint,
+    format_mask,
+    nodes_of,
+)
 from .topologymanager.merge import MergeResult, Policy, TopologyManager, merge_container, merge_pod
 
 
@@ -86,9 +94,13 @@ class Engine:
         self._numa_masks = tuple((n, topology.numa_cpus[n].mask) for n in topology.numa_nodes)
 
     @classmethod
-    def from_settings(cls, settings: Settings, topology: Topology) -> Engine:
-        """Build from validated settings; `PolicyOptionError` names what the kubelet would refuse."""
+    def from_settings(cls, settings: Settings, topology: Topology, providers: Sequence[HintProvider] = ()) -> Engine:
+        """Build from validated settings; `PolicyOptionError` names what the kubelet would refuse.
+        ``providers``: the hint providers the caller wires up for ``hints.providers`` beyond CPU."""
         cm, tm = settings.cpu_manager, settings.topology_manager
+        unwired = set(settings.hints.providers) - {"cpu"} - {p.name for p in providers}
+        if unwired:  # an enabled provider must never be silently absent
+            raise ValueError(f"hint provider(s) {sorted(unwired)} enabled but not wired up")
         flags = {name.replace("-", "_"): True for name in cm.policy_options}
         options = StaticPolicyOptions(prefer_isolated_cpus=cm.isolated_cpus == "exclusive-first", **flags)
         reserved = cm.reserved_cpus if cm.reserved_cpus is not None else (
@@ -104,7 +116,7 @@ class Engine:
             notes.append(f"max-allowable-numa-nodes = {tm.max_allowable_numa_nodes}: accepted but not needed; "
                          "nri-pinner merges hints for any number of NUMA nodes")
         manager = TopologyManager.from_topology(topology, tm.policy, prefer_closest_numa_nodes=closest)
-        return cls(topology, policy, manager, tm.scope, notes=notes)
+        return cls(topology, policy, manager, tm.scope, providers, notes=notes)
 
     # -- queries ---------------------------------------------------------------------------------
     def initial_state(self) -> EngineState:
@@ -156,10 +168,17 @@ class Engine:
         existing = state.get(req.pod, req.container)
         allocated = existing.current if existing is not None and existing.exclusive else None
         if self.scope == "pod":
-            return self._merge_pod(state, req, n, providers, allocated)
-        return merge_container(self.manager, providers, HintRequest(
-            req.pod, req.container, exclusive_cpus=n, reusable_cpus=self.policy.reusable(state, req.pod),
-            allocated_cpus=allocated, static_hints=req.hints))
+            pod_total = n if req.pod_exclusive_cpus is None else req.pod_exclusive_cpus
+            request = HintRequest(req.pod, None, exclusive_cpus=pod_total, static_hints=req.hints)
+            result = self._merge_pod(state, req, n, providers, allocated)
+        else:
+            request = HintRequest(
+                req.pod, req.container, exclusive_cpus=n, reusable_cpus=self.policy.reusable(state, req.pod),
+                allocated_cpus=allocated, static_hints=req.hints)
+            result = merge_container(self.manager, providers, request)
+        if result is None or result.admit:
+            return result
+        return _name_providers(result, providers, request)
 
     def _merge_pod(self, state: EngineState, req: AdmissionRequest, n: int, providers: list[HintProvider],
                    allocated: CPUSet | None) -> MergeResult | None:
@@ -212,3 +231,22 @@ class Engine:
         except AdmissionError as exc:
             return state, refused(state, a, pod, container, exc)
         return new_state, replace(rd, mems=self.mems_of(rd.cpus))
+
+def _name_providers(result: MergeResult, providers: Sequence[HintProvider], request: HintRequest) -> MergeResult:
+    """A rejection says what each provider with a preference wanted (asked again: rejections are rare)."""
+    wanted = []
+    for provider in providers:
+        for resource, hints in (provider.hints(request) or {}).items():
+            if hints is None:
+                continue
+            preferred: list[str] = []
+            for seen, h in enumerate(hints):  # kubelet order: narrowest first, so preferred ones lead
+                if (preferred and not h.preferred) or seen >= 256:
+                    break
+                if h.preferred and len(preferred) < 4:
+                    preferred.append(format_mask(h.affinity))
+            label = provider.name if resource == provider.name else f"{provider.name} ({resource})"
+            wanted.append(f"{label} prefers {' or '.join(preferred) or 'nothing it can satisfy'}")
+    if not wanted or result.error is None:
+        return result
+    return replace(result, error=TopologyAffinityError(f"{result.error}; {'; '.join(wanted)}"))

@@ -15,6 +15,8 @@ from .. import __version__
 from ..config import CONFIG_PATH, ConfigError, Settings, load, load_file
 from ..engine.admission import Engine
 from ..engine.errors import PolicyOptionError
+from ..engine.nicmanager.hints import NicHintProvider
+from ..engine.topology.model import Topology
 from ..engine.topology.sysfs import SysfsError, discover
 from ..nri.stub import Stub, serve
 from . import checkpoint, logs
@@ -22,6 +24,7 @@ from .cri_client import CRIClient
 from .inspect import start_server, status_document
 from .metrics import Metrics
 from .metrics_http import Listener
+from .netns import NicLookup
 from .plugin import PinnerPlugin
 from .reconcile import Reconciler, stop_task
 from .tracker import Tracker
@@ -36,17 +39,27 @@ def load_settings(path: str) -> Settings:
     return load_file(path)
 
 
+def build_engine(settings: Settings, topology: Topology) -> tuple[Engine, NicLookup | None]:
+    """The engine with the hint providers ``hints.providers`` names, and the NIC lookup it reads."""
+    nics = NicLookup(settings.sysfs_root) if "nics" in settings.hints.providers else None
+    providers = [NicHintProvider(topology.numa_nodes, nics.numa_nodes)] if nics is not None else []
+    return Engine.from_settings(settings, topology, providers), nics
+
+
 class Service:
-    def __init__(self, settings: Settings, engine: Engine, env: dict[str, str] | None = None) -> None:
-        self.settings = settings
+    def __init__(self, settings: Settings, engine: Engine, env: dict[str, str] | None = None,
+                 nics: NicLookup | None = None) -> None:
+        self.settings, self.nics = settings, nics
         env = dict(os.environ) if env is None else env
         loaded = checkpoint.read(settings.state.checkpoint)
         if loaded.problem:
             log.warning("checkpoint not used; state is rebuilt from the runtime", path=settings.state.checkpoint,
                         problem=loaded.problem)
         self.metrics = Metrics()
+        if nics is not None:
+            nics.on_late = self.metrics.nic_lookups_late.inc
         self.tracker = Tracker(engine, engine.initial_state())
-        self.plugin = PinnerPlugin(settings, self.tracker, self.metrics, loaded.body)
+        self.plugin = PinnerPlugin(settings, self.tracker, self.metrics, loaded.body, nics)
         preinstalled = bool(env.get("NRI_PLUGIN_SOCKET"))
         self.stub = Stub(
             self.plugin, name=None if preinstalled else settings.nri.plugin_name,
@@ -61,7 +74,8 @@ class Service:
         self.listener: Listener | None = None
 
     def document(self) -> dict[str, object]:
-        return status_document(self.tracker, self.stub, self.reconciler.repairs)
+        return status_document(self.tracker, self.stub, self.reconciler.repairs,
+                               self.nics.snapshot() if self.nics is not None else None)
 
     async def run(self) -> int:
         server = await start_server(self.settings.inspect.socket, self.document)
@@ -89,7 +103,7 @@ def run_from_config(path: str) -> int:
     logs.configure(settings.log.level, settings.log.format, settings.log.file)
     try:
         topology = discover(settings.sysfs_root)
-        engine = Engine.from_settings(settings, topology)
+        engine, nics = build_engine(settings, topology)
     except (SysfsError, PolicyOptionError) as exc:
         log.error("cannot start", error=str(exc))
         print(f"nri-pinner run: {exc}", file=sys.stderr)
@@ -99,4 +113,4 @@ def run_from_config(path: str) -> int:
              topology_policy=settings.topology_manager.policy)
     for note in engine.notes:
         log.warning("configuration note", note=note)
-    return asyncio.run(Service(settings, engine).run())
+    return asyncio.run(Service(settings, engine, nics=nics).run())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Any
 import grpc
 
 from .. import __version__
+from ..engine.nicmanager.hints import nic_hints
 from ..nri.stub import Stub
 from .gen import inspect_pb2 as pb
 from .tracker import Tracker
@@ -18,7 +20,8 @@ from .tracker import Tracker
 SERVICE = "nri_pinner.inspect.v1.Inspect"
 
 
-def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int = 0) -> dict[str, Any]:
+def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int = 0,
+                    nics: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     with tracker.lock:
         engine, state = tracker.engine, tracker.state
         topo = engine.topology
@@ -42,8 +45,15 @@ def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int 
     health: dict[str, Any] = stub.status() if stub is not None else {"connected": False}
     health["reconcile_repairs"] = reconcile_repairs
     health["version"] = __version__
-    return {"assignments": assignments, "pools": pools, "topology": topo.to_json(), "decisions": decisions,
-            "health": health, "policy": {"topology_manager": engine.manager.policy.value, "scope": engine.scope}}
+    doc: dict[str, Any] = {
+        "assignments": assignments, "pools": pools, "topology": topo.to_json(), "decisions": decisions,
+        "health": health, "policy": {"topology_manager": engine.manager.policy.value, "scope": engine.scope}}
+    if nics is not None:  # hints.providers has "nics": each sandbox's NICs and the hints they give
+        for entry in nics:
+            hints = nic_hints(topo.numa_nodes, entry.get("numa", ()))
+            entry["hints"] = [str(h) for h in itertools.islice(hints, 8)] if hints else []  # lazily listed
+        doc["nics"] = nics
+    return doc
 
 
 def _sections(doc: Callable[[], dict[str, Any]]) -> dict[str, Callable[[], Any]]:

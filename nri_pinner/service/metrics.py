@@ -74,6 +74,9 @@ class Metrics:
                                          ["path"], registry=r)
         self.late_replies = Counter("nri_pinner_late_handler_replies",
                                     "Handlers cut off at the budget (fallback answered)", ["method"], registry=r)
+        self.nic_lookups_late = Counter("nri_pinner_nic_lookups_late",
+                                        "Creates admitted without NIC hints: the pod's NIC lookup was still running",
+                                        registry=r)
         self.bad_input = Counter("nri_pinner_bad_input", "Container data that could not be read (create refused, "
                                  "or the container kept on the shared pool at Synchronize)", ["source"], registry=r)
         for source in BAD_INPUT_SOURCES:

@@ -23,6 +23,7 @@ from ..nri.gen import api_pb2 as api
 from . import checkpoint
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
+from .netns import NicLookup
 from .rebuild import checkpoint_entries, note_unreadable, rebuild, repin_waiting
 from .tracker import Tracked, Tracker
 
@@ -51,8 +52,9 @@ def neighbour_update(container_id: str, cpus: CPUSet | str, mems: str) -> api.Co
 
 class PinnerPlugin:
     def __init__(self, settings: Settings, tracker: Tracker, metrics: Metrics,
-                 prior_checkpoint: dict[str, Any] | None = None) -> None:
+                 prior_checkpoint: dict[str, Any] | None = None, nics: NicLookup | None = None) -> None:
         self.settings, self.tracker, self.metrics = settings, tracker, metrics
+        self.nics = nics  # the pods' NIC lookups (hints.providers has "nics")
         self._prior = checkpoint_entries(prior_checkpoint)
         self._seeded: dict[str, tuple[str, str]] = {}  # checkpoint entries held without a Synchronize
         self._waiting: list[str] = []  # Guaranteed containers Synchronize left on the shared pool, oldest first
@@ -140,6 +142,9 @@ class PinnerPlugin:
             self._prior = checkpoint_entries(self._checkpoint_body())
 
     def synchronize(self, pods: list[api.PodSandbox], containers: list[api.Container]) -> list[api.ContainerUpdate]:
+        if self.nics is not None:  # NICs of pods that ran before we connected (background, never waited for)
+            for p in pods:
+                self.nics.start(p)
         tr = self.tracker
         with tr.lock:
             result = rebuild(tr.engine, self._prior, pods, containers)
@@ -166,6 +171,8 @@ class PinnerPlugin:
             log.info("create refused: bad annotation", pod=f"{req.pod.namespace}/{req.pod.name}",
                      container=req.container.name, error=str(exc))
             raise AdmissionRefused(f"nri-pinner: {exc}") from exc
+        if self.nics is not None:  # bounded wait, outside the lock; afterwards the NIC provider reads its cache
+            self.nics.wait(req.pod)
         tr = self.tracker
         with tr.lock:
             self._mark_sidecars(intent.pod_key, intent.init)
@@ -294,7 +301,13 @@ class PinnerPlugin:
                 self._repin_waiting()
                 self._commit()
 
+    def run_pod_sandbox(self, event: api.StateChangeEvent) -> None:
+        if self.nics is not None:
+            self.nics.start(event.pod)  # looked up in the background; the first create waits at most briefly
+
     def remove_pod_sandbox(self, event: api.StateChangeEvent) -> None:
+        if self.nics is not None:
+            self.nics.forget(event.pod.id)
         tr = self.tracker
         with tr.lock:
             for t in [t for t in tr.containers.values() if t.sandbox_id == event.pod.id]:

@@ -60,7 +60,7 @@ def test_full_file_parses_every_section() -> None:
         ("[topology_manager]\npolicy = 'strict'", "must be one of none, best-effort"),
         ("[topology_manager]\npolicy_options = ['max-allowable-numa-nodes']", "takes a value"),
         ("[hints]\nproviders = ['cpu', 'devices']", "device hints are not implemented yet"),
-        ("[hints]\nproviders = ['nics']", "NIC hints are not implemented yet"),
+        ("[hints]\nproviders = ['cpu', 'nic']", "unknown value 'nic'; did you mean 'nics'?; known: cpu, nics"),
         ("[hints]\nproviders = []", "cannot be turned off"),
         ("[nri]\nplugin_index = '9'", "exactly two digits"),
         ("[nri]\nplugin_name = 'a b'", "plugin_name"),
