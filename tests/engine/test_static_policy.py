@@ -11,10 +11,10 @@ from policy_helpers import G, S, alloc, policy
 from nri_pinner.engine.cpumanager.options import StaticPolicyOptions
 from nri_pinner.engine.cpumanager.state import Assignment, EngineState
 from nri_pinner.engine.cpumanager.static_policy import StaticPolicy, guaranteed_cpus, reserved_by_count
-from nri_pinner.engine.cpuset import EMPTY
+from nri_pinner.engine.cpuset import EMPTY, CPUSet
 from nri_pinner.engine.errors import InsufficientCPUs, PolicyOptionError, SMTAlignmentError
 from nri_pinner.engine.qos import QoS
-from nri_pinner.engine.topology.model import Topology
+from nri_pinner.engine.topology.model import CPUInfo, Topology
 
 FULL = StaticPolicyOptions(full_pcpus_only=True)
 
@@ -364,3 +364,18 @@ def test_start_overlap_and_unknown_cpus() -> None:
     assert st.default_set == S("5-11")
     st, msgs = p.start(_state("3-11", {"a": "0-2", "b": "2"}))
     assert st.get("fakePod", "b") is None and any("dropped" in m for m in msgs)
+
+
+def test_init_container_admitted_again_does_not_release_cpus_an_app_container_took() -> None:
+    # Found by test_random_create_remove_sequences: on one CPU, init a1 → app a0 reuses its CPU → a1
+    # admitted again must not make CPU 0 reusable, or app b0 would be given the CPU a0 holds.
+    topo = Topology((CPUInfo(cpu=0, socket=0, core=0, numa=0, l3=0),))
+    p = StaticPolicy(topo, EMPTY, StaticPolicyOptions())
+    s = p.initial_state()
+    s, _ = p.allocate(s, "pod0", "a1", 1000, 1000, QoS.GUARANTEED, init=True)
+    s, app = p.allocate(s, "pod0", "a0", 1000, 1000, QoS.GUARANTEED)
+    assert app.cpus == CPUSet.parse("0") and app.reused == CPUSet.parse("0")
+    s, _ = p.allocate(s, "pod0", "a1", 1000, 1000, QoS.GUARANTEED, init=True)
+    assert p.reusable(s, "pod0") == EMPTY
+    with pytest.raises(InsufficientCPUs):
+        p.allocate(s, "pod0", "b0", 1000, 1000, QoS.GUARANTEED)

@@ -202,7 +202,16 @@ class StaticPolicy:
         reusable = dict(state.reusable)
         current = reusable.get(a.pod, EMPTY)
         # init CPUs become reusable; app containers and sidecars keep theirs for the pod's lifetime
-        current = current | a.current if a.init and not a.restartable else current - a.current
+        if a.init and not a.restartable:
+            # an init container admitted again after an app container took over its CPUs must not make
+            # them reusable again (the kubelet would; it never re-admits an init container after its apps)
+            kept = EMPTY
+            for b in state.pod_assignments(a.pod):
+                if b.exclusive and b.key != a.key and not (b.init and not b.restartable):
+                    kept = kept | b.current
+            current = current | (a.current - kept)
+        else:
+            current = current - a.current
         if current:
             reusable[a.pod] = current
         else:
