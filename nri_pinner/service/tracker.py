@@ -76,7 +76,7 @@ class Tracker:
 
     def record(self, decision: Decision, intent: ContainerIntent, outcome: str) -> None:
         entry = {"container_id": intent.container_id, "namespace": intent.namespace, "pod_name": intent.pod_name,
-                 "outcome": outcome, **decision.to_json()}
+                 "outcome": outcome, **decision.to_json(), **decision.explain()}
         self.decisions.append(entry)
 
     def forget_applied(self) -> None:

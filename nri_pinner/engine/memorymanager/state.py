@@ -89,6 +89,9 @@ class MemoryState:
         del out[(pod, container)]
         return MemoryState(out)
 
+    def to_json(self) -> list[dict[str, Any]]:
+        return self.to_list()
+
     def to_list(self) -> list[dict[str, Any]]:
         return [{"pod": p, "container": c, "blocks": [b.to_dict() for b in bs]}
                 for (p, c), bs in self.blocks.items()]

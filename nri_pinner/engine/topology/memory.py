@@ -25,6 +25,7 @@ class NodeMemory:
     memory_bytes: int
     hugepages: dict[int, int] = field(default_factory=dict)  # page size in bytes -> total bytes
     has_cpus: bool = True
+    distances: dict[int, int] = field(default_factory=dict)  # to every node, from node*/distance
 
 
 def read_node_memory(root: str | Path = "/") -> list[NodeMemory]:
@@ -66,5 +67,9 @@ def read_node_memory(root: str | Path = "/") -> list[NodeMemory]:
             has_cpus = bool((d / "cpulist").read_text().strip())
         except OSError:
             has_cpus = False
-        out.append(NodeMemory(n, int(match.group(1)) * 1024, hugepages, has_cpus))
+        try:
+            row = [int(v) for v in (d / "distance").read_text().split()]
+        except (OSError, ValueError):
+            row = []
+        out.append(NodeMemory(n, int(match.group(1)) * 1024, hugepages, has_cpus, dict(enumerate(row))))
     return out
