@@ -18,6 +18,7 @@ from ..engine.errors import PolicyOptionError
 from ..engine.topology.sysfs import SysfsError, discover
 from ..nri.stub import Stub, serve
 from . import checkpoint, logs
+from .alignment import memory_policy
 from .cri_client import CRIClient
 from .inspect import start_server, status_document
 from .metrics import Metrics
@@ -83,8 +84,8 @@ def run_from_config(path: str) -> int:
     logs.configure(settings.log.level, settings.log.format, settings.log.file)
     try:
         topology = discover(settings.sysfs_root)
-        engine = Engine.from_settings(settings, topology)
-    except (SysfsError, PolicyOptionError) as exc:
+        engine = Engine.from_settings(settings, topology, memory=memory_policy(settings, topology))
+    except (SysfsError, PolicyOptionError, ValueError) as exc:  # ValueError: memory capacities/reserve
         log.error("cannot start", error=str(exc))
         print(f"nri-pinner run: {exc}", file=sys.stderr)
         return 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 
 
@@ -24,6 +26,20 @@ class Metrics:
         self.late_replies = Counter("nri_pinner_late_handler_replies",
                                     "Handlers cut off at the budget (fallback answered)", ["method"], registry=r)
         self.runtime = Info("nri_pinner_runtime", "The container runtime we are connected to", registry=r)
+        self.provider_admissions = Counter("nri_pinner_provider_admissions",
+                                           "Admissions a hint provider took part in", ["provider"], registry=r)
+        self.provider_rejections = Counter("nri_pinner_provider_rejections",
+                                           "Rejections a hint provider could not be satisfied in", ["provider"],
+                                           registry=r)
+
+    def count_providers(self, decision: Any) -> None:
+        """Per-provider admission/rejection counts from an engine ``Decision``."""
+        if decision.admitted:
+            for provider in decision.provider_hints:
+                self.provider_admissions.labels(provider).inc()
+        else:
+            for name in {b.split("[")[0] for b in decision.blamed}:
+                self.provider_rejections.labels(name).inc()
 
     def serve(self, address: str, port: int) -> None:
         start_http_server(port, addr=address, registry=self.registry)

@@ -17,6 +17,7 @@ from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import EMPTY, CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
+from .alignment import restore_memory
 from .intent import GUARANTEED, UNMANAGED, ContainerIntent, IntentError, intent_from_nri
 from .tracker import Tracked
 
@@ -73,6 +74,7 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
         if entry is not None and entry.get("restartable") and intent.init:
             intent = replace(intent, restartable=True)  # found running as a sidecar before the restart
         who = f"{pod.namespace}/{pod.name}/{c.name}"
+        state = restore_memory(engine, state, intent_key(intent), entry, repairs)
         state = _place(engine, state, intent, n, actual, entry, who, repairs)
         tracked[c.id] = Tracked(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,
                                 applied_cpus=actual or None, applied_mems=c.linux.resources.cpu.mems)
@@ -82,6 +84,10 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
     state, messages = engine.policy.start(state)
     repairs.extend(messages)
     return Rebuilt(state, tracked, repairs)
+
+
+def intent_key(intent: ContainerIntent) -> tuple[str, str]:
+    return (intent.pod_key, intent.container)
 
 
 def _place(engine: Engine, state: EngineState, intent: ContainerIntent, n: int, actual: CPUSet,

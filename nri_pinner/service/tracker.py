@@ -56,7 +56,13 @@ class Tracker:
 
     def desired(self, t: Tracked) -> tuple[CPUSet, str]:
         a = self.assignment(t)
-        cpus = a.current if a is not None and a.exclusive else self.shared_pool
+        exclusive = a is not None and a.exclusive
+        cpus = a.current if a is not None and exclusive else self.shared_pool
+        mems = self.engine.memory_mems(self.state, *t.key)  # the Memory Manager's nodes win
+        if mems is None and not exclusive and self.engine.mems == "all":
+            mems = self.engine.all_mems
+        if mems is not None:
+            return cpus, ",".join(map(str, mems))
         return cpus, self.mems_text(cpus)
 
     def mems_text(self, cpus: CPUSet) -> str:
