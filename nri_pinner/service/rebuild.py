@@ -81,7 +81,9 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
     for cid in prior:
         if cid not in tracked:
             repairs.append(f"dropped checkpoint entry for container {cid[:12]}: the runtime no longer runs it")
+    providers = state.providers  # the CPU policy's repair pass only knows CPUs
     state, messages = engine.policy.start(state)
+    state = replace(state, providers=providers)
     repairs.extend(messages)
     return Rebuilt(state, tracked, repairs)
 

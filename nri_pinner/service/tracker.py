@@ -28,6 +28,7 @@ class Tracked:
     stopped: bool = False
     applied_cpus: CPUSet | None = None  # what the runtime was last told; None = unknown, resend
     applied_mems: str = ""
+    hints: dict[str, Any] = field(default_factory=dict)  # merged hint + each provider's, from admission
 
     @property
     def key(self) -> tuple[str, str]:
@@ -84,6 +85,9 @@ class Tracker:
         entry = {"container_id": intent.container_id, "namespace": intent.namespace, "pod_name": intent.pod_name,
                  "outcome": outcome, **decision.to_json(), **decision.explain()}
         self.decisions.append(entry)
+        t = self.containers.get(intent.container_id)
+        if t is not None and decision.admitted and decision.provider_hints:
+            t.hints = {"merged": entry["hint"], **decision.explain()}
 
     def forget_applied(self) -> None:
         """After a reply the runtime may not have applied: resend everything on the next one."""
