@@ -2,7 +2,8 @@
 
 Scenario: {"topology": {...same shape as `topology --json`...}, "config": {...TOML keys...},
 "ops": [{"op": "create", "pod": ..., "container": ..., "qos": ..., "cpu_request_milli": ...,
-"cpu_limit_milli": ..., "init": false, "restartable": false, "hints": {...}}, {"op": "remove", ...}]}.
+"cpu_limit_milli": ..., "init": false, "restartable": false, "hints": {...}, "devices": [...],
+"memory_bytes": N, "hugepages": {...}}, {"op": "remove", ...}]} (devices and memory: see simulate_alignment).
 Output: one JSON object per op (JSON lines).
 """
 
@@ -21,9 +22,10 @@ from .engine.qos import QoS
 from .engine.topology.model import Topology, TopologyError
 from .engine.topology.sysfs import SysfsError, discover
 from .engine.topologymanager.hints import parse_static_hints
+from .simulate_alignment import AlignmentInputError, DeviceIndex, op_devices, op_memory, scenario_memory_policy
 
 CREATE_KEYS = {"op", "pod", "container", "qos", "cpu_request_milli", "cpu_limit_milli", "init", "restartable",
-               "hints", "pod_exclusive_cpus"}
+               "hints", "pod_exclusive_cpus", "devices", "memory_bytes", "hugepages"}
 REMOVE_KEYS = {"op", "pod", "container"}
 
 
@@ -43,8 +45,9 @@ def load_engine(scenario: Mapping[str, Any], sysfs_root: str | None) -> Engine:
         else:
             raise ScenarioError("no topology: give scenario.topology or --sysfs ROOT")
         settings = from_mapping(scenario.get("config", {}), "scenario.config")
-        return Engine.from_settings(settings, topology)
-    except (TopologyError, SysfsError, ConfigError, EngineError) as exc:
+        memory = scenario_memory_policy(settings, topology, scenario.get("topology"), sysfs_root)
+        return Engine.from_settings(settings, topology, memory=memory)
+    except (TopologyError, SysfsError, ConfigError, EngineError, AlignmentInputError) as exc:
         raise ScenarioError(str(exc)) from exc
 
 
@@ -64,7 +67,7 @@ def _topology(data: Any) -> Topology:
         raise ScenarioError(f"topology.numa_distances must be a matrix of integers: {exc}") from exc
 
 
-def _request(op: Mapping[str, Any], where: str) -> AdmissionRequest:
+def _request(op: Mapping[str, Any], where: str, index: DeviceIndex | None = None) -> AdmissionRequest:
     unknown = set(op) - CREATE_KEYS
     if unknown:
         raise ScenarioError(f"{where}: unknown key(s) {sorted(unknown)}")
@@ -76,6 +79,8 @@ def _request(op: Mapping[str, Any], where: str) -> AdmissionRequest:
             cpu_request_milli=_int(op, "cpu_request_milli", where), cpu_limit_milli=_int(op, "cpu_limit_milli", where),
             init=_bool(op, "init", where), restartable=_bool(op, "restartable", where),
             hints=hints, pod_exclusive_cpus=_optional_int(op, "pod_exclusive_cpus", where),
+            devices=op_devices(index or DeviceIndex(None, None), op["devices"], where) if "devices" in op else {},
+            memory=op_memory(op, where),
         )
     except ScenarioError:
         raise
@@ -108,7 +113,7 @@ def _bool(op: Mapping[str, Any], key: str, where: str) -> bool:
     return value
 
 
-def run_ops(engine: Engine, ops: Any) -> Iterator[dict[str, Any]]:
+def run_ops(engine: Engine, ops: Any, index: DeviceIndex | None = None) -> Iterator[dict[str, Any]]:
     if not isinstance(ops, list):
         raise ScenarioError("ops must be a list")
     state: EngineState = engine.initial_state()
@@ -118,8 +123,8 @@ def run_ops(engine: Engine, ops: Any) -> Iterator[dict[str, Any]]:
             raise ScenarioError(f"{where}: must be an object")
         kind = op.get("op")
         if kind == "create":
-            state, decision = engine.admit(state, _request(op, where))
-            yield {"op": "create", **decision.to_json()}
+            state, decision = engine.admit(state, _request(op, where, index))
+            yield {"op": "create", **decision.to_json(), **decision.explain()}
         elif kind == "remove":
             unknown = set(op) - REMOVE_KEYS
             if unknown:
@@ -143,7 +148,11 @@ def run_scenario_file(path: str, sysfs_root: str | None, out: TextIO) -> int:
         if not isinstance(scenario, dict):
             raise ScenarioError("scenario must be a JSON object")
         engine = load_engine(scenario, sysfs_root)
-        for result in run_ops(engine, scenario.get("ops", [])):
+        try:
+            index = DeviceIndex(scenario.get("topology"), sysfs_root)
+        except AlignmentInputError as exc:
+            raise ScenarioError(str(exc)) from exc
+        for result in run_ops(engine, scenario.get("ops", []), index):
             out.write(json.dumps(result) + "\n")
     except OSError as exc:
         print(f"nri-pinner simulate: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
