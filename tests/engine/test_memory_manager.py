@@ -67,7 +67,8 @@ def test_no_preferred_multi_node_hint_when_one_node_would_do() -> None:
                            {n: {MEMORY: 512 * MB} for n in range(2)})
     state = MemoryState({("pod1", "container1"): (Block((0, 1), MEMORY, 2 * GB), Block((0, 1), HP2M, 24 * MB))})
     got = p.hints(state, "pod2", "container2", {MEMORY: GB, HP2M: 16 * MB})
-    assert got == {MEMORY: (h([0, 1], False),), HP2M: (h([0, 1], False),)}
+    assert got is not None and {r: tuple(v) for r, v in got.items()} == {
+        MEMORY: (h([0, 1], False),), HP2M: (h([0, 1], False),)}
 
 
 def test_remove_cross_numa_assignment_restores_the_machine() -> None:
@@ -151,3 +152,45 @@ def test_state_round_trip_and_names() -> None:
 def test_memory_only_nodes_join_mems_of_their_host() -> None:
     p = StaticMemoryPolicy([NodeCapacity(0, GB), NodeCapacity(1, GB)], attached={2: 1})
     assert p.expand((1,)) == (1, 2) and p.expand((0,)) == (0,)
+
+
+def test_implicit_list_equals_the_kubelet_walk_in_used_states() -> None:
+    """The implicit hint list against a literal port of ``calculateHints`` on many machine states."""
+    import itertools
+    import random
+
+    rng = random.Random(7)
+    for _ in range(60):
+        n = rng.randint(2, 5)
+        p = StaticMemoryPolicy([NodeCapacity(i, 4 * GB, {HP2M: GB}) for i in range(n)], {})
+        state = MemoryState()
+        for k in range(rng.randint(0, 4)):
+            size = rng.randint(1, 3)
+            try:
+                state = p.allocate(state, f"p{k}", "c", {MEMORY: size * GB}, None)
+            except MemoryAllocationError:
+                pass
+        req = {MEMORY: rng.randint(1, 9) * GB // 2}
+        if rng.random() < 0.5:
+            req[HP2M] = rng.randint(1, 3) * GB // 2
+        m = p.machine(state)
+        nodes = list(range(n))
+        alloc_min = n
+        expected = []
+        for size in range(1, n + 1):
+            for combo in itertools.combinations(nodes, size):
+                if any(sum(m[i].tables[r].allocatable for i in combo) < v for r, v in req.items()):
+                    continue
+                alloc_min = min(alloc_min, size)
+                if size == 1 and len(m[combo[0]].cells) > 1:
+                    continue
+                if size > 1 and any(m[i].assignments > 0 and (len(m[i].cells) == 1 or m[i].cells != combo)
+                                    for i in combo):
+                    continue
+                if any(sum(m[i].tables[r].free for i in combo) < v for r, v in req.items()):
+                    continue
+                expected.append(mask_of(combo))
+        got = p.hints(state, "new", "c", req)
+        assert got is not None
+        for r in req:
+            assert {(x.affinity, x.preferred) for x in got[r]} == {(e, e.bit_count() == alloc_min) for e in expected}

@@ -18,13 +18,12 @@ for it and they join ``cpuset.mems`` whenever it does (:meth:`StaticMemoryPolicy
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import AdmissionError
-from ..topologymanager.cpu_hints import CPUTopologyHints
 from ..topologymanager.hints import TopologyHint, is_narrower_than, mask_of, nodes_of
+from .hints import MemoryHints, min_affinity
 from .state import MEMORY, Block, Machine, MemoryState, NodeState, Table
 
 
@@ -102,34 +101,25 @@ class StaticMemoryPolicy:
         return self.calculate_hints(self.machine(state), requests)
 
     def calculate_hints(self, machine: Machine, requests: Mapping[str, int]) -> dict[str, Sequence[TopologyHint]]:
+        """The kubelet's ``calculateHints``, as an implicit list (see ``memorymanager.hints``)."""
         nodes = self.nodes
-        free = {r: [_free(machine[n], r) for n in nodes] for r in requests}
-        alloc = {r: [_alloc(machine[n], r) for n in nodes] for r in requests}
-        untouched = all(machine[n].assignments == 0 for n in nodes)
-        if untouched and len(requests) == 1:
-            # The hint set is the up-set "free(mask) >= request": keep it implicit like CPU hints.
-            (r, need), = requests.items()
-            family = CPUTopologyHints(
-                node_weights=dict(zip(nodes, free[r], strict=True)), required=0, threshold=need,
-                min_affinity=_min_affinity(nodes, alloc, requests), node_sockets={n: 0 for n in nodes},
-                min_sockets=None)
-            return {r: family}
-        min_affinity = _min_affinity(nodes, alloc, requests)
-        out: list[TopologyHint] = []
-        for size in range(1, len(nodes) + 1):
-            for idx in itertools.combinations(range(len(nodes)), size):
-                if any(sum(alloc[r][i] for i in idx) < need for r, need in requests.items()):
-                    continue
-                bits = tuple(nodes[i] for i in idx)
-                if size == 1 and len(machine[bits[0]].cells) > 1:
-                    continue
-                if size > 1 and any(machine[n].assignments > 0 and (len(machine[n].cells) == 1
-                                                                   or machine[n].cells != bits) for n in bits):
-                    continue
-                if any(sum(free[r][i] for i in idx) < need for r, need in requests.items()):
-                    continue
-                out.append(TopologyHint(mask_of(bits), size == min_affinity))
-        hints = tuple(out)
+        alloc = {r: {n: _alloc(machine[n], r) for n in nodes} for r in requests}
+        unused = [n for n in nodes if machine[n].assignments == 0]
+        free = {r: {n: _free(machine[n], r) for n in unused} for r in requests}
+        extras: set[int] = set()
+        for n in nodes:
+            node = machine[n]
+            if node.assignments == 0:
+                continue
+            group = node.cells if len(node.cells) > 1 else (n,)
+            mask = mask_of(group)
+            if mask in extras or any(machine[m].cells != node.cells for m in group if m in machine):
+                continue
+            if all(sum(_alloc(machine[m], r) for m in group) >= need and
+                   sum(_free(machine[m], r) for m in group) >= need for r, need in requests.items()):
+                extras.add(mask)
+        hints = MemoryHints(nodes, mask_of(unused), free, requests, frozenset(extras),
+                            min_affinity(nodes, alloc, requests))
         return {r: hints for r in requests}
 
     # -- allocation ---------------------------------------------------------------------------
@@ -198,21 +188,6 @@ def _free(node: NodeState, resource: str) -> int:
 def _alloc(node: NodeState, resource: str) -> int:
     t = node.tables.get(resource)
     return t.allocatable if t is not None else 0
-
-
-def _min_affinity(nodes: Sequence[int], alloc: Mapping[str, list[int]], requests: Mapping[str, int]) -> int:
-    """Fewest nodes whose allocatable memory holds every request (greedy per size is exact per resource;
-    several resources need the joint check, so sizes are tried in order)."""
-    for size in range(1, len(nodes) + 1):
-        if len(requests) == 1:
-            (r, need), = requests.items()
-            if sum(sorted(alloc[r], reverse=True)[:size]) >= need:
-                return size
-            continue
-        for idx in itertools.combinations(range(len(nodes)), size):
-            if all(sum(alloc[r][i] for i in idx) >= need for r, need in requests.items()):
-                return size
-    return len(nodes)
 
 
 def _satisfies(machine: Machine, mask: int, requests: Mapping[str, int]) -> bool:
