@@ -3,6 +3,7 @@ oracle (tests/engine/naive_merge.py: full cross product), on random small machin
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import pytest
@@ -46,15 +47,16 @@ def test_three_implicit_providers_match_the_oracle(policy: str, closest: bool) -
         mem_policy = StaticMemoryPolicy([NodeCapacity(n, 4 * GB) for n in nodes])
         mstate = MemoryState()
         for k in range(rng.randint(0, 2)):
-            try:
+            with contextlib.suppress(MemoryAllocationError):
                 mstate = mem_policy.allocate(mstate, f"p{k}", "c", {MEMORY: rng.randint(1, 6) * GB}, None)
-            except MemoryAllocationError:
-                pass
         mem = mem_policy.hints(mstate, "new", "c", {MEMORY: rng.randint(1, 8) * GB})
         answers = [{"cpu": cpu}, {"gpu": dev}, mem]
-        manager = TopologyManager(Policy(policy), tuple(nodes), closest, lambda a, b: dist[a][b])
+        def distance(a: int, b: int, dist: dict[int, dict[int, int]] = dist) -> int:
+            return dist[a][b]
+
+        manager = TopologyManager(Policy(policy), tuple(nodes), closest, distance)
         fast = merge(manager, answers)
         oracle_in = [{r: [(h.affinity, h.preferred) for h in hs] for r, hs in a.items()} for a in answers if a]
         (mask, preferred), admit = naive_merge(policy, nodes, oracle_in, prefer_closest=closest,
-                                               distance=lambda a, b: dist[a][b])
+                                               distance=distance)
         assert (fast.hint.affinity, fast.hint.preferred, fast.admit) == (mask, preferred, admit)
