@@ -49,7 +49,7 @@ def device_hints(numa_nodes: Sequence[int], all_devices: Iterable[Device], avail
             if m:
                 weights[m.bit_length() - 1] += 1
         return CPUTopologyHints(node_weights=weights, required=0, threshold=max(request, 1),
-                                min_affinity=_min_affinity(numa_nodes, all_masks, request),
+                                min_affinity=_min_affinity_single(numa_nodes, all_masks, request),
                                 node_sockets={n: 0 for n in numa_nodes}, min_sockets=None)
     min_affinity = _min_affinity(numa_nodes, all_masks, request)
     hints: list[TopologyHint] = []
@@ -60,6 +60,17 @@ def device_hints(numa_nodes: Sequence[int], all_devices: Iterable[Device], avail
         if matching >= request:
             hints.append(TopologyHint(mask, mask.bit_count() == min_affinity))
     return tuple(hints)
+
+
+def _min_affinity_single(numa_nodes: Sequence[int], all_masks: Sequence[int], request: int) -> int:
+    """``_min_affinity`` when every device sits on at most one node: the fullest nodes first is exact."""
+    per_node = sorted((sum(1 for m in all_masks if m == 1 << n) for n in numa_nodes), reverse=True)
+    total = 0
+    for size, count in enumerate(per_node, 1):
+        total += count
+        if total >= request:
+            return size
+    return len(numa_nodes)
 
 
 def _min_affinity(numa_nodes: Sequence[int], all_masks: Sequence[int], request: int) -> int:
