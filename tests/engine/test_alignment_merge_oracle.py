@@ -13,6 +13,7 @@ from nri_pinner.engine.devicemanager.hints import Device, device_hints
 from nri_pinner.engine.memorymanager.policy import MemoryAllocationError, NodeCapacity, StaticMemoryPolicy
 from nri_pinner.engine.memorymanager.state import MEMORY, MemoryState
 from nri_pinner.engine.topologymanager.cpu_hints import CPUTopologyHints
+from nri_pinner.engine.topologymanager.hints import ResourceHints
 from nri_pinner.engine.topologymanager.merge import Policy, TopologyManager, merge
 
 GB = 1 << 30
@@ -50,7 +51,7 @@ def test_three_implicit_providers_match_the_oracle(policy: str, closest: bool) -
             with contextlib.suppress(MemoryAllocationError):
                 mstate = mem_policy.allocate(mstate, f"p{k}", "c", {MEMORY: rng.randint(1, 6) * GB}, None)
         mem = mem_policy.hints(mstate, "new", "c", {MEMORY: rng.randint(1, 8) * GB})
-        answers = [{"cpu": cpu}, {"gpu": dev}, mem]
+        answers: list[ResourceHints | None] = [{"cpu": cpu}, {"gpu": dev}, mem]
         def distance(a: int, b: int, dist: dict[int, dict[int, int]] = dist) -> int:
             return dist[a][b]
 
