@@ -57,7 +57,8 @@ def test_three_implicit_providers_match_the_oracle(policy: str, closest: bool) -
 
         manager = TopologyManager(Policy(policy), tuple(nodes), closest, distance)
         fast = merge(manager, answers)
-        oracle_in = [{r: [(h.affinity, h.preferred) for h in hs] for r, hs in a.items()} for a in answers if a]
+        oracle_in = [{r: None if hs is None else [(h.affinity, h.preferred) for h in hs] for r, hs in a.items()}
+                     for a in answers if a]
         (mask, preferred), admit = naive_merge(policy, nodes, oracle_in, prefer_closest=closest,
                                                distance=distance)
         assert (fast.hint.affinity, fast.hint.preferred, fast.admit) == (mask, preferred, admit)
