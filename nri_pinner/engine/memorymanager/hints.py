@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 
 from ..topologymanager.cpu_hints import CPUTopologyHints
-from ..topologymanager.hints import nodes_of
+from ..topologymanager.hints import TopologyHint, nodes_of
 
 
 class MemoryHints(CPUTopologyHints):
@@ -74,6 +74,16 @@ class MemoryHints(CPUTopologyHints):
             bits = nodes_of(m)
             return sum(distance[a][b] for a in bits for b in bits), m
         return min(self.masks_within(within, size), key=key, default=None)
+
+    def __iter__(self) -> Iterator[TopologyHint]:
+        """The kubelet's list (by size, then node combination order), from the pool and the extras only."""
+        pool_nodes = nodes_of(self.pool)
+        masks = set(self.extras)
+        for size in range(1, len(pool_nodes) + 1):
+            masks.update(m for m in (sum(1 << n for n in c) for c in itertools.combinations(pool_nodes, size))
+                         if self._enough(m))
+        for m in sorted(masks, key=lambda m: (m.bit_count(), nodes_of(m))):
+            yield TopologyHint(m, self.is_preferred(m))
 
     def __repr__(self) -> str:
         return f"MemoryHints(pool={self.pool:#x}, extras={sorted(self.extras)}, need={self._need})"

@@ -252,9 +252,7 @@ def _best_hint(sources: list[Source], default: int, order: _Order) -> TopologyHi
     best = _best_preferred(explicit, family, default, order, others)
     if best is not None:
         return TopologyHint(best, True)
-    # Non-preferred phase: further implicit sources in full (rare: no preferred merge exists).
-    explicit += [tuple(o) for o in others]
-    best = _best_non_preferred(explicit, family, default, order, best_non_preferred_count(sources))
+    best = _best_non_preferred(explicit, family, default, order, best_non_preferred_count(sources), others)
     return TopologyHint(default if best is None else best, False)
 
 
@@ -295,11 +293,17 @@ def _best_preferred(explicit: list[tuple[TopologyHint, ...]], family: CPUTopolog
 
 
 def _best_non_preferred(explicit: list[tuple[TopologyHint, ...]], family: CPUTopologyHints | None,
-                        default: int, order: _Order, best_count: int) -> int | None:
+                        default: int, order: _Order, best_count: int,
+                        others: Sequence[CPUTopologyHints] = ()) -> int | None:
     reachable = {default}
-    for source in explicit:
+    for source in sorted(explicit, key=len):  # AND is order-free; small sources first keep the set small
         masks = {default if h.affinity is None else h.affinity for h in source}
         reachable = {r & m for r in reachable for m in masks} - {0}
+        if not reachable:
+            return None
+    for other in others:  # {r & c : c a hint} without listing the hints: masks_within answers it
+        reachable = {m for r in reachable for size in range(1, r.bit_count() + 1)
+                     for m in other.masks_within(r, size)}
         if not reachable:
             return None
     if family is None:
