@@ -78,12 +78,13 @@ class MemoryHints(CPUTopologyHints):
     def __iter__(self) -> Iterator[TopologyHint]:
         """The kubelet's list (by size, then node combination order), from the pool and the extras only."""
         pool_nodes = nodes_of(self.pool)
-        masks = set(self.extras)
-        for size in range(1, len(pool_nodes) + 1):
-            masks.update(m for m in (sum(1 << n for n in c) for c in itertools.combinations(pool_nodes, size))
-                         if self._enough(m))
-        for m in sorted(masks, key=lambda m: (m.bit_count(), nodes_of(m))):
-            yield TopologyHint(m, self.is_preferred(m))
+        for size in range(1, len(self.nodes) + 1):  # lazily, size by size: callers often want a few
+            masks = {m for m in self.extras if m.bit_count() == size}
+            if size <= len(pool_nodes):
+                masks.update(m for m in (sum(1 << n for n in c) for c in itertools.combinations(pool_nodes, size))
+                             if self._enough(m))
+            for m in sorted(masks, key=nodes_of):
+                yield TopologyHint(m, self.is_preferred(m))
 
     def __repr__(self) -> str:
         return f"MemoryHints(pool={self.pool:#x}, extras={sorted(self.extras)}, need={self._need})"
