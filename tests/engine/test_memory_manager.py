@@ -193,3 +193,25 @@ def test_implicit_list_equals_the_kubelet_walk_in_used_states() -> None:
         assert got is not None
         for r in req:
             assert {(x.affinity, x.preferred) for x in got[r]} == {(e, e.bit_count() == alloc_min) for e in expected}
+
+
+def test_masks_within_is_the_set_of_hint_intersections() -> None:
+    import contextlib
+    import random
+
+    rng = random.Random(11)
+    for _ in range(40):
+        n = rng.randint(2, 5)
+        p = StaticMemoryPolicy([NodeCapacity(i, 4 * GB) for i in range(n)])
+        state = MemoryState()
+        for k in range(rng.randint(0, 3)):
+            with contextlib.suppress(MemoryAllocationError):
+                state = p.allocate(state, f"p{k}", "c", {MEMORY: rng.randint(1, 6) * GB}, None)
+        hints = p.hints(state, "new", "c", {MEMORY: rng.randint(1, 8) * GB})
+        assert hints is not None
+        family = hints[MEMORY]
+        masks = [x.affinity for x in family if x.affinity is not None]
+        for within in range(1, 1 << n):
+            for size in range(1, n + 1):
+                want = sorted({m & within for m in masks if (m & within).bit_count() == size})
+                assert list(family.masks_within(within, size)) == want  # type: ignore[attr-defined]

@@ -65,9 +65,20 @@ class MemoryHints(CPUTopologyHints):
             yield self.min_affinity, iter(self._hints_of_size(self.min_affinity))
 
     def masks_within(self, within: int, size: int) -> Iterator[int]:
-        """Not an up-set: enumerate the hints (only reached when memory is the first implicit source)."""
-        found = {m & within for m in (h.affinity for h in self) if m is not None}
-        yield from sorted(m for m in found if m and m.bit_count() == size)
+        """Masks R ⊆ ``within`` of ``size`` nodes that are some hint's intersection with ``within``.
+
+        Pool hints form an up-set inside the pool, so R ⊆ pool qualifies iff R ∪ (pool ∖ within)
+        holds the request; the explicit used-node masks are intersected one by one.
+        """
+        found = {e & within for e in self.extras if (e & within).bit_count() == size}
+        inside = nodes_of(within & self.pool)
+        outside = self.pool & ~within
+        if size <= len(inside):
+            for combo in itertools.combinations(inside, size):
+                r = sum(1 << n for n in combo)
+                if self._enough(r | outside):
+                    found.add(r)
+        yield from sorted(found)
 
     def closest_within(self, within: int, size: int, distance: Mapping[int, Mapping[int, int]]) -> int | None:
         def key(m: int) -> tuple[int, int]:
