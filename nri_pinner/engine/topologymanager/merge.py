@@ -301,7 +301,9 @@ def _best_non_preferred(explicit: list[tuple[TopologyHint, ...]], family: CPUTop
         reachable = {r & m for r in reachable for m in masks} - {0}
         if not reachable:
             return None
-    for other in others:  # {r & c : c a hint} without listing the hints: masks_within answers it
+    # {r & c : c a hint} without listing the hints: masks_within answers it. Plain up-sets go last:
+    # folded first, one would make every superset of its minimal masks reachable.
+    for other in sorted(others, key=lambda o: type(o) is CPUTopologyHints):
         reachable = {m for r in reachable for size in range(1, r.bit_count() + 1)
                      for m in other.masks_within(r, size)}
         if not reachable:
