@@ -53,6 +53,10 @@ def _rpc_error(exc: grpc.RpcError) -> str:
     return " ".join(text.split())
 
 
+def _numa(nodes: Any) -> str:
+    return "any" if nodes is None else "{" + ",".join(map(str, nodes)) + "}"
+
+
 def render_status(doc: dict[str, Any]) -> str:
     h, pools = doc["health"], doc["pools"]
     lines = [
@@ -82,6 +86,16 @@ def render_status(doc: dict[str, Any]) -> str:
             for cpu in CPUSet.parse(a["cpus"]):
                 owners[cpu] = f"{a['pod']}/{a['container']}"
     lines += ["", render_topology(Topology.from_json(doc["topology"]), owners)]
+    hinted = [a for a in doc["assignments"] if a.get("hints")]
+    if hinted:
+        lines += ["", "topology hints (~ = not preferred):"]
+        for a in hinted:
+            merged = a["hints"].get("merged") or {}
+            parts = [f"merged {_numa(merged.get('numa'))}{'' if merged.get('preferred', True) else '~'}"]
+            for provider, by_resource in a["hints"].get("provider_hints", {}).items():
+                parts += [f"{provider}[{r}] {text}" if r != provider else f"{provider} {text}"
+                          for r, text in by_resource.items()]
+            lines.append(f"  {a['pod']}/{a['container']}: " + " | ".join(parts))
     rejected = [d for d in doc["decisions"] if d.get("outcome") in ("rejected", "fail-open")]
     if rejected:
         lines += ["", "recent rejections:"]

@@ -2,11 +2,12 @@
 
 Scenario: {"topology": {...same shape as `topology --json`...}, "config": {...TOML keys...},
 "ops": [{"op": "create", "pod": ..., "container": ..., "qos": ..., "cpu_request_milli": ...,
-"cpu_limit_milli": ..., "init": false, "restartable": false, "hints": {...}, "nics": [1, "0000:3b:00.0"]},
-{"op": "remove", ...}, {"op": "update", "pod": ..., "container": ..., "cpu_request_milli": ...,
-"cpu_limit_milli": ...}]}. ``update`` is an in-place resize (engine only); its QoS defaults to the one the
-container was created with. ``nics`` (with ``hints.providers = ["cpu", "nics"]``) sets the pod's NICs:
-NUMA node ids, or PCI addresses read under --sysfs (else the config's ``sysfs_root``).
+"cpu_limit_milli": ..., "init": false, "restartable": false, "hints": {...}, "nics": [1, "0000:3b:00.0"],
+"devices": [...], "memory_bytes": N, "hugepages": {...}}, {"op": "remove", ...}, {"op": "update", "pod": ...,
+"container": ..., "cpu_request_milli": ..., "cpu_limit_milli": ...}]}. ``update`` is an in-place resize
+(engine only); its QoS defaults to the one the container was created with. ``nics`` (with
+``hints.providers = ["cpu", "nics"]``) sets the pod's NICs: NUMA node ids, or PCI addresses read under
+--sysfs (else the config's ``sysfs_root``); devices and memory: see simulate_alignment.
 Output: one JSON object per op (JSON lines).
 """
 
@@ -28,9 +29,10 @@ from .engine.topology.model import Topology, TopologyError
 from .engine.topology.nic_pci import NicPCIError, normalize_pci_address, numa_node_of_pci
 from .engine.topology.sysfs import SysfsError, discover
 from .engine.topologymanager.hints import parse_static_hints
+from .simulate_alignment import AlignmentInputError, DeviceIndex, op_devices, op_memory, scenario_memory_policy
 
 CREATE_KEYS = {"op", "pod", "container", "qos", "cpu_request_milli", "cpu_limit_milli", "init", "restartable",
-               "hints", "pod_exclusive_cpus", "nics"}
+               "hints", "pod_exclusive_cpus", "nics", "devices", "memory_bytes", "hugepages"}
 REMOVE_KEYS = {"op", "pod", "container"}
 UPDATE_KEYS = {"op", "pod", "container", "qos", "cpu_request_milli", "cpu_limit_milli"}
 
@@ -54,8 +56,9 @@ def load_engine(scenario: Mapping[str, Any], sysfs_root: str | None) -> Engine:
         providers = []
         if "nics" in settings.hints.providers:
             providers.append(NicHintProvider(topology.numa_nodes, ScenarioNics(sysfs_root or settings.sysfs_root)))
-        return Engine.from_settings(settings, topology, providers)
-    except (TopologyError, SysfsError, ConfigError, EngineError) as exc:
+        memory = scenario_memory_policy(settings, topology, scenario.get("topology"), sysfs_root)
+        return Engine.from_settings(settings, topology, providers, memory=memory)
+    except (TopologyError, SysfsError, ConfigError, EngineError, AlignmentInputError) as exc:
         raise ScenarioError(str(exc)) from exc
 
 
@@ -114,7 +117,7 @@ def _scenario_nics(engine: Engine) -> ScenarioNics | None:
     return None
 
 
-def _request(op: Mapping[str, Any], where: str) -> AdmissionRequest:
+def _request(op: Mapping[str, Any], where: str, index: DeviceIndex | None = None) -> AdmissionRequest:
     unknown = set(op) - CREATE_KEYS
     if unknown:
         raise ScenarioError(f"{where}: unknown key(s) {sorted(unknown)}")
@@ -126,6 +129,8 @@ def _request(op: Mapping[str, Any], where: str) -> AdmissionRequest:
             cpu_request_milli=_int(op, "cpu_request_milli", where), cpu_limit_milli=_int(op, "cpu_limit_milli", where),
             init=_bool(op, "init", where), restartable=_bool(op, "restartable", where),
             hints=hints, pod_exclusive_cpus=_optional_int(op, "pod_exclusive_cpus", where),
+            devices=op_devices(index or DeviceIndex(None, None), op["devices"], where) if "devices" in op else {},
+            memory=op_memory(op, where),
         )
     except ScenarioError:
         raise
@@ -158,7 +163,7 @@ def _bool(op: Mapping[str, Any], key: str, where: str) -> bool:
     return value
 
 
-def run_ops(engine: Engine, ops: Any) -> Iterator[dict[str, Any]]:
+def run_ops(engine: Engine, ops: Any, index: DeviceIndex | None = None) -> Iterator[dict[str, Any]]:
     if not isinstance(ops, list):
         raise ScenarioError("ops must be a list")
     state: EngineState = engine.initial_state()
@@ -170,7 +175,7 @@ def run_ops(engine: Engine, ops: Any) -> Iterator[dict[str, Any]]:
             raise ScenarioError(f"{where}: must be an object")
         kind = op.get("op")
         if kind == "create":
-            request = _request(op, where)
+            request = _request(op, where, index)
             if "nics" in op:
                 if nics is None:
                     raise ScenarioError(f"{where}: 'nics' needs \"nics\" in config.hints.providers")
@@ -178,7 +183,7 @@ def run_ops(engine: Engine, ops: Any) -> Iterator[dict[str, Any]]:
             state, decision = engine.admit(state, request)
             if decision.admitted:
                 classes.setdefault((request.pod, request.container), str(request.qos))
-            yield {"op": "create", **decision.to_json()}
+            yield {"op": "create", **decision.to_json(), **decision.explain()}
         elif kind == "update":
             state, result = _update(engine, state, op, where, classes)
             yield result
@@ -223,7 +228,11 @@ def run_scenario_file(path: str, sysfs_root: str | None, out: TextIO) -> int:
         engine = load_engine(scenario, sysfs_root)
         for note in engine.notes:
             print(f"nri-pinner simulate: note: {note}", file=sys.stderr)
-        for result in run_ops(engine, scenario.get("ops", [])):
+        try:
+            index = DeviceIndex(scenario.get("topology"), sysfs_root)
+        except AlignmentInputError as exc:
+            raise ScenarioError(str(exc)) from exc
+        for result in run_ops(engine, scenario.get("ops", []), index):
             out.write(json.dumps(result) + "\n")
     except BrokenPipeError:
         raise  # the reader of stdout went away: the CLI ends quietly, this is not a scenario error

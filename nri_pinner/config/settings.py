@@ -34,10 +34,11 @@ CPU_POLICY_OPTIONS = (
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 TOPOLOGY_SCOPES = ("container", "pod")
 TOPOLOGY_OPTIONS = ("prefer-closest-numa-nodes",)
-HINT_PROVIDERS = ("cpu", "nics")
+HINT_PROVIDERS = ("cpu", "devices", "memory", "nics")
 # Accepted names that are planned but not built: refused with "not implemented yet", never ignored.
 NOT_IMPLEMENTED = {
-    ("hints", "providers", "devices"): "device hints are not implemented yet",
+    ("hints", "providers", "podresources"):
+        "the kubelet PodResources provider is not implemented yet (devices come from sysfs)",
 }
 
 
@@ -62,6 +63,13 @@ class TopologyManagerSettings:
 @dataclass(frozen=True)
 class HintSettings:
     providers: tuple[str, ...] = ("cpu",)
+
+
+@dataclass(frozen=True)
+class MemoryManagerSettings:
+    # the kubelet's --reserved-memory form, "0:memory=1Gi,hugepages-2Mi=64Mi;1:memory=1Gi" (bytes per node)
+    reserved_memory: str = ""
+    mems: str = "aligned"  # Burstable/BestEffort cpuset.mems: NUMA nodes of their CPUs, or "all" nodes
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,7 @@ class Settings:
     cpu_manager: CPUManagerSettings = field(default_factory=CPUManagerSettings)
     topology_manager: TopologyManagerSettings = field(default_factory=TopologyManagerSettings)
     hints: HintSettings = field(default_factory=HintSettings)
+    memory_manager: MemoryManagerSettings = field(default_factory=MemoryManagerSettings)
     nri: NRISettings = field(default_factory=NRISettings)
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     state: StateSettings = field(default_factory=StateSettings)
@@ -290,6 +299,13 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
         r.report("providers", "the 'cpu' provider cannot be turned off")
     r.done()
 
+    r = _section(root, "memory_manager")
+    mm = MemoryManagerSettings(
+        reserved_memory=r.get("reserved_memory", str, "", _reserved_memory_problem),
+        mems=r.choice("mems", "aligned", ("aligned", "all")),
+    )
+    r.done()
+
     r = _section(root, "nri")
     d = NRISettings()
     nri = NRISettings(
@@ -343,8 +359,18 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
     root.done()
     if root.problems:
         raise ConfigError(root.problems)
-    return Settings(sysfs_root=sysfs_root, cpu_manager=cpu, topology_manager=topo, hints=hints, nri=nri,
+    return Settings(sysfs_root=sysfs_root, cpu_manager=cpu, topology_manager=topo, hints=hints,
+                    memory_manager=mm, nri=nri,
                     reconcile=rec, state=state, inspect=inspect, metrics=metrics, log=log)
+
+
+def _reserved_memory_problem(v: str) -> str | None:
+    from ..engine.memorymanager.provider import parse_reserved_memory
+    try:
+        parse_reserved_memory(v)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def _plugin_name_problem(v: str) -> str | None:

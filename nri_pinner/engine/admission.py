@@ -8,8 +8,7 @@ exactly the same path. Rejections are data (`Decision.admitted = False`), not ex
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 from ..config import Settings
 from .cpumanager.options import StaticPolicyOptions
@@ -18,10 +17,15 @@ from .cpumanager.resize import resize as resize_container
 from .cpumanager.state import EngineState
 from .cpumanager.static_policy import StaticPolicy, guaranteed_cpus, reserved_by_count
 from .cpuset import EMPTY, CPUSet
+from .decision import AdmissionRequest, Decision
+from .devicemanager.hints import DeviceHintProvider
 from .errors import AdmissionError, TopologyAffinityError
+from .memorymanager.policy import StaticMemoryPolicy
+from .memorymanager.provider import MemoryHintProvider, all_nodes, memory_state
 from .qos import QoS
 from .topology.model import Topology
 from .topologymanager.cpu_hints import CPUHintProvider
+from .topologymanager.explain import blame, summarize
 from .topologymanager.hints import (
     HintProvider,
     HintRequest,
@@ -29,76 +33,42 @@ from .topologymanager.hints import (
     StaticHintProvider,
     TopologyHint,
     format_mask,
-    nodes_of,
 )
-from .topologymanager.merge import MergeResult, Policy, TopologyManager, merge_container, merge_pod
+from .topologymanager.merge import MergeResult, Policy, TopologyManager, merge
 
-
-@dataclass(frozen=True)
-class AdmissionRequest:
-    pod: str
-    container: str
-    qos: QoS | str  # any spelling QoS.parse accepts; stored as QoS
-    cpu_request_milli: int = 0
-    cpu_limit_milli: int = 0
-    init: bool = False
-    restartable: bool = False
-    hints: ResourceHints = field(default_factory=dict)  # from other resources (devices, simulate)
-    pod_exclusive_cpus: int | None = None  # pod scope: the pod's total; default: this container's
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "qos", QoS.parse(self.qos))
-
-
-@dataclass(frozen=True)
-class Decision:
-    pod: str
-    container: str
-    admitted: bool
-    exclusive: bool
-    cpus: CPUSet  # the container's cpuset: its exclusive CPUs or the shared pool; empty when rejected
-    mems: tuple[int, ...]  # NUMA nodes for cpuset.mems
-    shared: CPUSet  # the shared pool after this decision
-    hint: TopologyHint | None = None  # merged hint (None when the topology manager is off)
-    reason: str = ""
-    message: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "pod": self.pod, "container": self.container, "admitted": self.admitted,
-            "exclusive": self.exclusive, "cpus": str(self.cpus), "mems": ",".join(map(str, self.mems)),
-            "shared": str(self.shared),
-            "hint": None if self.hint is None else {
-                "numa": None if self.hint.affinity is None else nodes_of(self.hint.affinity),
-                "preferred": self.hint.preferred},
-        }
-        if not self.admitted:
-            out["reason"], out["message"] = self.reason, self.message
-        return out
-
+__all__ = ["NO_DISTANCES_NOTE", "AdmissionRequest", "Decision", "Engine"]
 
 NO_DISTANCES_NOTE = (
     "prefer-closest-numa-nodes: this machine reports no NUMA distances (the kubelet refuses to start "
     "here); merging without distances instead: the narrowest hint wins, ties go to the lower NUMA nodes")
+Shown = dict[str, dict[str, str]]
 
 
 class Engine:
     def __init__(self, topology: Topology, policy: StaticPolicy, manager: TopologyManager,
-                 scope: str = "container", providers: Sequence[HintProvider] = (),
+                 scope: str = "container", providers: Sequence[HintProvider] = (), *,
+                 devices: bool = False, memory: StaticMemoryPolicy | None = None, mems: str = "aligned",
                  notes: Sequence[str] = ()) -> None:
         if scope not in ("container", "pod"):
             raise ValueError(f"unknown topology manager scope {scope!r}")
+        if mems not in ("aligned", "all"):
+            raise ValueError(f"mems must be 'aligned' or 'all', got {mems!r}")
         self.topology, self.policy, self.manager, self.scope = topology, policy, manager, scope
         self.extra_providers = tuple(providers)
+        self.devices, self.memory, self.mems = devices, memory, mems
+        self.all_mems = all_nodes(memory) if memory is not None else tuple(topology.numa_nodes)
         self.notes = tuple(notes)  # configuration facts to warn about once (service log, simulate)
         self._numa_masks = tuple((n, topology.numa_cpus[n].mask) for n in topology.numa_nodes)
 
     @classmethod
-    def from_settings(cls, settings: Settings, topology: Topology, providers: Sequence[HintProvider] = ()) -> Engine:
+    def from_settings(cls, settings: Settings, topology: Topology, providers: Sequence[HintProvider] = (),
+                      memory: StaticMemoryPolicy | None = None) -> Engine:
         """Build from validated settings; `PolicyOptionError` names what the kubelet would refuse.
-        ``providers``: the hint providers the caller wires up for ``hints.providers`` beyond CPU."""
+        ``providers``: the hint providers the caller wires up for ``hints.providers`` beyond the
+        engine's own (cpu, devices, and memory when ``memory`` is given)."""
         cm, tm = settings.cpu_manager, settings.topology_manager
-        unwired = set(settings.hints.providers) - {"cpu"} - {p.name for p in providers}
+        own = {"cpu", "devices"} | ({"memory"} if memory is not None else set())
+        unwired = set(settings.hints.providers) - own - {p.name for p in providers}
         if unwired:  # an enabled provider must never be silently absent
             raise ValueError(f"hint provider(s) {sorted(unwired)} enabled but not wired up")
         flags = {name.replace("-", "_"): True for name in cm.policy_options}
@@ -116,7 +86,8 @@ class Engine:
             notes.append(f"max-allowable-numa-nodes = {tm.max_allowable_numa_nodes}: accepted but not needed; "
                          "nri-pinner merges hints for any number of NUMA nodes")
         manager = TopologyManager.from_topology(topology, tm.policy, prefer_closest_numa_nodes=closest)
-        return cls(topology, policy, manager, tm.scope, providers, notes=notes)
+        return cls(topology, policy, manager, tm.scope, providers, devices="devices" in settings.hints.providers,
+                   memory=memory, mems=settings.memory_manager.mems, notes=notes)
 
     # -- queries ---------------------------------------------------------------------------------
     def initial_state(self) -> EngineState:
@@ -125,17 +96,32 @@ class Engine:
     def mems_of(self, cpus: CPUSet) -> tuple[int, ...]:
         # one AND per NUMA node, not a walk over the CPUs: shared containers carry the whole pool
         mask = cpus.mask
-        return tuple(n for n, cpus_of_n in self._numa_masks if cpus_of_n & mask)
+        nodes = tuple(n for n, cpus_of_n in self._numa_masks if cpus_of_n & mask)
+        return self.memory.expand(nodes) if self.memory is not None else nodes
+
+    def memory_mems(self, state: EngineState, pod: str, container: str) -> tuple[int, ...] | None:
+        """NUMA nodes of the container's memory blocks (Memory Manager), None when it holds none."""
+        if self.memory is None or "memory" not in state.providers:
+            return None
+        blocks = memory_state(state.providers["memory"]).get(pod, container)
+        if not blocks:
+            return None
+        return self.memory.expand(sorted({n for b in blocks for n in b.numa}))
 
     # -- admission -------------------------------------------------------------------------------
     def admit(self, state: EngineState, req: AdmissionRequest) -> tuple[EngineState, Decision]:
         qos = QoS.parse(req.qos)
         n = guaranteed_cpus(qos, req.cpu_request_milli, req.cpu_limit_milli)
-        merged = self._merge(state, req, n)
+        merged, shown, blamed = self._merge(state, req, n)
         if merged is not None and not merged.admit:
             error = merged.error
-            return state, self._rejected(state, req, merged.hint, error.reason if error else "TopologyAffinityError",
-                                         str(error) if error else "topology affinity error")
+            message = str(error) if error else "topology affinity error"
+            if blamed:
+                message += f"; cannot be satisfied: {blamed[0]}" + (
+                    f" (conflicts with {', '.join(blamed[1:])})" if len(blamed) > 1 else "")
+            return state, replace(self._rejected(
+                state, req, merged.hint, error.reason if error else "TopologyAffinityError", message),
+                provider_hints=shown, blamed=tuple(blamed))
         hint = merged.hint if merged is not None else None
         affinity = hint.affinity if hint is not None else None
         if self.scope == "pod" and merged is None:
@@ -145,7 +131,19 @@ class Engine:
                 state, req.pod, req.container, req.cpu_request_milli, req.cpu_limit_milli, qos,
                 init=req.init, restartable=req.restartable, numa_affinity=affinity)
         except AdmissionError as exc:
-            return state, self._rejected(state, req, hint, exc.reason, str(exc))
+            return state, replace(self._rejected(state, req, hint, exc.reason, str(exc)), provider_hints=shown)
+        mems = self.mems_of(alloc.cpus)
+        if self.memory is not None and qos is QoS.GUARANTEED and req.memory:
+            try:
+                mstate = self.memory.allocate(memory_state(state.providers.get("memory")), req.pod, req.container,
+                                              req.memory, hint)
+            except AdmissionError as exc:
+                return state, replace(self._rejected(state, req, hint, exc.reason, str(exc)),
+                                      provider_hints=shown, blamed=("memory",))
+            new_state = new_state.with_provider("memory", mstate)
+            mems = self.memory_mems(new_state, req.pod, req.container) or mems
+        elif not alloc.exclusive and self.mems == "all":
+            mems = self.all_mems
         if alloc.exclusive and not alloc.already_assigned and not alloc.shared_pool and not self.policy.reserved:
             # The kubelet requires reserved CPUs for this reason: shared containers need somewhere to run.
             return state, self._rejected(
@@ -153,14 +151,22 @@ class Engine:
                 f"taking {len(alloc.cpus)} exclusive CPUs would leave the shared pool empty; "
                 "reserve CPUs (cpu_manager.reserved_cpus or reserved_cpu_count) for shared containers")
         return new_state, Decision(req.pod, req.container, True, alloc.exclusive, alloc.cpus,
-                                   self.mems_of(alloc.cpus), alloc.shared_pool, hint)
+                                   mems, alloc.shared_pool, hint, provider_hints=shown)
 
     def remove(self, state: EngineState, pod: str, container: str) -> EngineState:
-        return self.policy.remove(state, pod, container)
+        state = self.policy.remove(state, pod, container)
+        if self.memory is not None and "memory" in state.providers:
+            mstate = memory_state(state.providers["memory"])
+            if mstate.get(pod, container) is not None:
+                state = state.with_provider("memory", self.memory.remove(mstate, pod, container))
+        return state
 
-    def _merge(self, state: EngineState, req: AdmissionRequest, n: int) -> MergeResult | None:
+    def _merge(self, state: EngineState, req: AdmissionRequest,
+               n: int) -> tuple[MergeResult | None, Shown, list[str]]:
+        """Merged hint (None: topology manager off or pod already admitted), hints shown per
+        provider, and the providers a rejection is on."""
         if self.manager.policy is Policy.NONE:
-            return None
+            return None, {}, []
         providers: list[HintProvider] = [
             CPUHintProvider(self.topology, lambda: self.policy.available_for_exclusive(state),
                             align_by_socket=self.policy.options.align_by_socket),
@@ -168,37 +174,44 @@ class Engine:
         existing = state.get(req.pod, req.container)
         allocated = existing.current if existing is not None and existing.exclusive else None
         if self.scope == "pod":
-            pod_total = n if req.pod_exclusive_cpus is None else req.pod_exclusive_cpus
-            request = HintRequest(req.pod, None, exclusive_cpus=pod_total, static_hints=req.hints)
-            result = self._merge_pod(state, req, n, providers, allocated)
+            request = self._pod_request(state, req, n, allocated)
+            if request is None:
+                return None, {}, []  # the pod was admitted as a whole with its first container
         else:
             request = HintRequest(
                 req.pod, req.container, exclusive_cpus=n, reusable_cpus=self.policy.reusable(state, req.pod),
                 allocated_cpus=allocated, static_hints=req.hints)
-            result = merge_container(self.manager, providers, request)
-        if result is None or result.admit:
-            return result
-        return _name_providers(result, providers, request)
+            # Devices and memory align per container: NRI shows one container at a time.
+            if self.devices and req.devices:
+                providers.append(DeviceHintProvider(self.manager.numa_nodes, req.devices))
+            if self.memory is not None and req.memory and QoS.parse(req.qos) is QoS.GUARANTEED:
+                providers.append(MemoryHintProvider(self.memory, memory_state(state.providers.get("memory")),
+                                                    req.pod, req.container, req.memory))
+        answers = [p.hints(request) for p in providers]
+        result = merge(self.manager, answers)
+        names = [p.name for p in providers]
+        shown = {name: summarize(a) for name, a in zip(names, answers, strict=True) if a}
+        if result.admit:
+            return result, shown, []
+        return _name_providers(result, names, answers), shown, blame(self.manager, names, answers)
 
-    def _merge_pod(self, state: EngineState, req: AdmissionRequest, n: int, providers: list[HintProvider],
-                   allocated: CPUSet | None) -> MergeResult | None:
+    def _pod_request(self, state: EngineState, req: AdmissionRequest, n: int,
+                     allocated: CPUSet | None) -> HintRequest | None:
         total = n if req.pod_exclusive_cpus is None else req.pod_exclusive_cpus
         if state.get(req.pod, req.container) is None:
             if state.pod_assignments(req.pod):
-                return None  # the pod was admitted as a whole with its first container
-            return merge_pod(self.manager, providers, HintRequest(
-                req.pod, None, exclusive_cpus=total, static_hints=req.hints))
+                return None
+            return HintRequest(req.pod, None, exclusive_cpus=total, static_hints=req.hints)
         # Admitted again: the kubelet's GetPodTopologyHints over what the pod holds.
-        held = CPUSet.from_mask(0)
+        held = EMPTY
         for a in state.pod_assignments(req.pod):
             if a.exclusive:
                 held = held | a.current
         conflict = allocated is not None and len(allocated) != n
         whole = len(held) == total and not conflict
-        return merge_pod(self.manager, providers, HintRequest(
-            req.pod, None, exclusive_cpus=total, static_hints=req.hints, allocation_conflict=conflict,
-            allocated_cpus=held if whole else None,
-            reusable_cpus=EMPTY if whole else self.policy.reusable(state, req.pod) | held))
+        return HintRequest(req.pod, None, exclusive_cpus=total, static_hints=req.hints, allocation_conflict=conflict,
+                           allocated_cpus=held if whole else None,
+                           reusable_cpus=EMPTY if whole else self.policy.reusable(state, req.pod) | held)
 
     def _pod_affinity(self, state: EngineState, pod: str) -> int | None:
         for a in state.pod_assignments(pod):
@@ -232,11 +245,12 @@ class Engine:
             return state, refused(state, a, pod, container, exc)
         return new_state, replace(rd, mems=self.mems_of(rd.cpus))
 
-def _name_providers(result: MergeResult, providers: Sequence[HintProvider], request: HintRequest) -> MergeResult:
-    """A rejection says what each provider with a preference wanted (asked again: rejections are rare)."""
+
+def _name_providers(result: MergeResult, names: Sequence[str], answers: Sequence[ResourceHints | None]) -> MergeResult:
+    """A rejection says what each provider with a preference wanted."""
     wanted = []
-    for provider in providers:
-        for resource, hints in (provider.hints(request) or {}).items():
+    for name, answer in zip(names, answers, strict=True):
+        for resource, hints in (answer or {}).items():
             if hints is None:
                 continue
             preferred: list[str] = []
@@ -245,7 +259,7 @@ def _name_providers(result: MergeResult, providers: Sequence[HintProvider], requ
                     break
                 if h.preferred and len(preferred) < 4:
                     preferred.append(format_mask(h.affinity))
-            label = provider.name if resource == provider.name else f"{provider.name} ({resource})"
+            label = name if resource == name else f"{name} ({resource})"
             wanted.append(f"{label} prefers {' or '.join(preferred) or 'nothing it can satisfy'}")
     if not wanted or result.error is None:
         return result

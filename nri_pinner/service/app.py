@@ -104,7 +104,7 @@ def run_from_config(path: str) -> int:
     try:
         topology = discover(settings.sysfs_root)
         engine, nics = build_engine(settings, topology)
-    except (SysfsError, PolicyOptionError) as exc:
+    except (SysfsError, PolicyOptionError, ValueError) as exc:  # ValueError: memory capacities/reserve
         log.error("cannot start", error=str(exc))
         print(f"nri-pinner run: {exc}", file=sys.stderr)
         return 2

@@ -35,6 +35,7 @@ def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int 
                 "exclusive": bool(a and a.exclusive), "cpus": str(cpus), "mems": mems,
                 "admitted": str(a.admitted) if a and a.exclusive else "", "init": t.intent.init,
                 "stopped": t.stopped, "intent_source": t.intent.source,
+                **({"hints": t.hints} if t.hints else {}),
             })
         pools = {
             "shared": str(tracker.shared_pool), "reserved": str(engine.policy.reserved),

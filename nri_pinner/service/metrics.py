@@ -9,7 +9,7 @@ no lock taken: a scrape never delays an NRI reply).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -31,6 +31,7 @@ FAIL_OPEN_CAUSES = ("rejected", "timeout")
 BAD_INPUT_SOURCES = ("annotation", "container")  # create refused, or kept shared at Synchronize
 LATE_METHODS = ("CreateContainer",)
 REPAIR_PATHS = ("cri", "next-reply")
+PROVIDERS = ("cpu", "static", "devices", "memory", "nics")  # hint providers, as the engine names them
 
 
 class ConnectionView(Protocol):
@@ -90,10 +91,27 @@ class Metrics:
             self.late_replies.labels(method)
         for path in REPAIR_PATHS:
             self.reconcile_repairs.labels(path)
+        self.provider_admissions = Counter("nri_pinner_provider_admissions",
+                                           "Admissions a hint provider took part in", ["provider"], registry=r)
+        self.provider_rejections = Counter("nri_pinner_provider_rejections",
+                                           "Rejections a hint provider could not be satisfied in", ["provider"],
+                                           registry=r)
+        for provider in PROVIDERS:
+            self.provider_admissions.labels(provider)
+            self.provider_rejections.labels(provider)
         self.runtime = RuntimeInfo()
         self.stub: ConnectionView | None = None
         self.tracker: Tracker | None = None
         r.register(_LiveCollector(self))
+
+    def count_providers(self, decision: Any) -> None:
+        """Per-provider admission/rejection counts from an engine ``Decision``."""
+        if decision.admitted:
+            for provider in decision.provider_hints:
+                self.provider_admissions.labels(provider).inc()
+        else:
+            for name in {b.split("[")[0] for b in decision.blamed}:
+                self.provider_rejections.labels(name).inc()
 
     def watch(self, stub: ConnectionView, tracker: Tracker) -> None:
         """Where connection state and pools are read from at scrape time."""

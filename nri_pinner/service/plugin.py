@@ -21,6 +21,7 @@ from ..engine.cpuset import CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
 from . import checkpoint
+from .alignment import Intake, memory_entries
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
 from .netns import NicLookup
@@ -58,6 +59,7 @@ class PinnerPlugin:
         self._prior = checkpoint_entries(prior_checkpoint)
         self._seeded: dict[str, tuple[str, str]] = {}  # checkpoint entries held without a Synchronize
         self._waiting: list[str] = []  # Guaranteed containers Synchronize left on the shared pool, oldest first
+        self.intake = Intake(settings)  # device and memory requests for those providers
 
     # -- helpers (call with the tracker lock held) ----------------------------------------------
     def _pending_updates(self, exclude: str = "") -> list[api.ContainerUpdate]:
@@ -80,7 +82,8 @@ class PinnerPlugin:
             a = tr.assignment(t)
             if a is None:
                 continue
-            entries.append({"container_id": t.container_id, "sandbox_id": t.sandbox_id, **a.to_dict()})
+            entries.append({"container_id": t.container_id, "sandbox_id": t.sandbox_id, **a.to_dict(),
+                            **memory_entries(tr.engine, tr.state, t.key)})
         return {"policy": "static", "reserved": str(tr.engine.policy.reserved), "shared": str(tr.shared_pool),
                 "entries": entries}
 
@@ -178,8 +181,10 @@ class PinnerPlugin:
             self._mark_sidecars(intent.pod_key, intent.init)
             request = AdmissionRequest(intent.pod_key, intent.container, intent.qos, intent.request_milli,
                                        intent.limit_milli, init=intent.init, restartable=intent.restartable,
-                                       pod_exclusive_cpus=self._pod_cpus(req.pod))
+                                       pod_exclusive_cpus=self._pod_cpus(req.pod),
+                                       **self.intake.extras(req.container, intent.qos == GUARANTEED))
             state, decision = tr.engine.admit(tr.state, request)
+            self.metrics.count_providers(decision)
             self.metrics.pinning_requests.inc()
             self.metrics.allocation_seconds.observe(time.perf_counter() - started)
             outcome = "admitted"

@@ -19,6 +19,7 @@ from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import EMPTY, CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
+from .alignment import restore_memory
 from .intent import GUARANTEED, KUBELET_CONTAINER_TYPE, UNMANAGED, ContainerIntent, intent_from_nri
 from .metrics import Metrics
 from .tracker import Tracked, Tracker
@@ -108,6 +109,7 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             entry = prior.get(c.id)
             if entry is not None and entry.get("restartable") and intent.init:
                 intent = replace(intent, restartable=True)  # found running as a sidecar before the restart
+            state = restore_memory(engine, state, intent_key(intent), entry, repairs)
             placed = _place(engine, state, intent, n, actual, entry, who, repairs)
             if n and not _exclusive(placed, intent):
                 out.waiting.append(c.id)
@@ -123,7 +125,9 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
     for cid in prior:
         if cid not in tracked:
             repairs.append(f"dropped checkpoint entry for container {cid[:12]}: the runtime no longer runs it")
-    out.state, messages = engine.policy.start(state)
+    providers = state.providers  # the CPU policy's repair pass only knows CPUs
+    state, messages = engine.policy.start(state)
+    out.state = replace(state, providers=providers)
     repairs.extend(messages)
     return out
 
@@ -131,6 +135,10 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
 def _exclusive(state: EngineState, intent: ContainerIntent) -> bool:
     held = state.get(intent.pod_key, intent.container)
     return held is not None and held.exclusive
+
+
+def intent_key(intent: ContainerIntent) -> tuple[str, str]:
+    return (intent.pod_key, intent.container)
 
 
 def _place(engine: Engine, state: EngineState, intent: ContainerIntent, n: int, actual: CPUSet,

@@ -28,6 +28,7 @@ class Tracked:
     stopped: bool = False
     applied_cpus: CPUSet | None = None  # what the runtime was last told; None = unknown, resend
     applied_mems: str = ""
+    hints: dict[str, Any] = field(default_factory=dict)  # merged hint + each provider's, from admission
 
     @property
     def key(self) -> tuple[str, str]:
@@ -56,7 +57,13 @@ class Tracker:
 
     def desired(self, t: Tracked) -> tuple[CPUSet, str]:
         a = self.assignment(t)
-        cpus = a.current if a is not None and a.exclusive else self.shared_pool
+        exclusive = a is not None and a.exclusive
+        cpus = a.current if a is not None and exclusive else self.shared_pool
+        mems = self.engine.memory_mems(self.state, *t.key)  # the Memory Manager's nodes win
+        if mems is None and not exclusive and self.engine.mems == "all":
+            mems = self.engine.all_mems
+        if mems is not None:
+            return cpus, ",".join(map(str, mems))
         return cpus, self.mems_text(cpus)
 
     def mems_text(self, cpus: CPUSet) -> str:
@@ -76,8 +83,11 @@ class Tracker:
 
     def record(self, decision: Decision, intent: ContainerIntent, outcome: str) -> None:
         entry = {"container_id": intent.container_id, "namespace": intent.namespace, "pod_name": intent.pod_name,
-                 "outcome": outcome, **decision.to_json()}
+                 "outcome": outcome, **decision.to_json(), **decision.explain()}
         self.decisions.append(entry)
+        t = self.containers.get(intent.container_id)
+        if t is not None and decision.admitted and decision.provider_hints:
+            t.hints = {"merged": entry["hint"], **decision.explain()}
 
     def forget_applied(self) -> None:
         """After a reply the runtime may not have applied: resend everything on the next one."""

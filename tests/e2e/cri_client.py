@@ -140,6 +140,7 @@ class CriClient:
         envs: Mapping[str, str] | None = None,
         privileged: bool = False,
         attempt: int = 0,
+        devices: Sequence[tuple[str, str, str]] = (),  # (container path, host path, permissions "rwm")
     ) -> str:
         pb = self.pb
         ns = sandbox_config.linux.security_context.namespace_options
@@ -158,6 +159,7 @@ class CriClient:
             annotations=dict(annotations or {}),
             log_path=log_path,
             linux=linux,
+            devices=[pb.Device(container_path=c, host_path=h, permissions=p) for c, h, p in devices],
         )
         req = pb.CreateContainerRequest(pod_sandbox_id=sandbox_id, config=config, sandbox_config=sandbox_config)
         return str(self._call("CreateContainer", req).container_id)

@@ -113,6 +113,7 @@ def add_container(
     command: Sequence[str] = WORKLOAD,
     start: bool = True,
     annotations: Mapping[str, str] | None = None,
+    devices: Sequence[tuple[str, str, str]] = (),
 ) -> str:
     """CreateContainer (+ StartContainer) as the kubelet sends it; ``init`` sets the init-container
     annotation (io.kubernetes.container.type=init) the kubelet uses; ``annotations`` adds more."""
@@ -129,6 +130,7 @@ def add_container(
         labels=km.container_labels(pod.name, pod.namespace, pod.uid, name),
         annotations={**km.container_annotations(name, init=init), **(annotations or {})},
         log_path=f"{name}/0.log",
+        devices=devices,
     )
     pod.containers[name] = cid
     if start:

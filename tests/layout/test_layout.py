@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "nri_pinner"
 MAX_LINES = 400
 # Modules that may touch the filesystem, sockets or processes: discovery lives in topology/ only.
-PURE_ROOMS = ("cpumanager", "topologymanager", "nicmanager")
+PURE_ROOMS = ("cpumanager", "topologymanager", "devicemanager", "memorymanager", "nicmanager")
 IO_MODULES = {"os", "io", "socket", "subprocess", "pathlib", "shutil", "tempfile", "glob"}
 
 

@@ -84,6 +84,8 @@ class EngineState:
     default_set: CPUSet = EMPTY
     assignments: Mapping[Key, Assignment] = field(default_factory=dict)
     reusable: Mapping[str, CPUSet] = field(default_factory=dict)
+    # Other resource managers' state by name ("memory"): objects with ``to_json()`` or plain JSON.
+    providers: Mapping[str, Any] = field(default_factory=dict)
 
     # -- queries -------------------------------------------------------------------------------
     def get(self, pod: str, container: str) -> Assignment | None:
@@ -118,7 +120,12 @@ class EngineState:
             default_set=self.default_set if default_set is None else default_set,
             assignments=assignments,
             reusable=dict(self.reusable if reusable is None else reusable),
+            providers=self.providers,
         )
+
+    def with_provider(self, name: str, value: Any) -> EngineState:
+        """A copy with one resource manager's state replaced (CPU state shared, it is immutable)."""
+        return EngineState(self.default_set, self.assignments, self.reusable, {**self.providers, name: value})
 
     # -- serialisation ---------------------------------------------------------------------------
     def hold(self, a: Assignment) -> EngineState:
@@ -131,6 +138,8 @@ class EngineState:
             "default_set": str(self.default_set),
             "assignments": [a.to_dict() for _, a in sorted(self.assignments.items())],
             "reusable": {pod: str(cpus) for pod, cpus in sorted(self.reusable.items()) if cpus},
+            **({"providers": {k: v.to_json() if hasattr(v, "to_json") else v
+                              for k, v in sorted(self.providers.items())}} if self.providers else {}),
         }
 
     @classmethod
@@ -149,4 +158,5 @@ class EngineState:
             default_set=CPUSet.parse(str(data.get("default_set", ""))),
             assignments=assignments,
             reusable=reusable,
+            providers=dict(data.get("providers") or {}),
         )

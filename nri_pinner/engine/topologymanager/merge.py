@@ -247,24 +247,30 @@ class _Order:
 
 def _best_hint(sources: list[Source], default: int, order: _Order) -> TopologyHint:
     family: CPUTopologyHints | None = None
+    others: list[CPUTopologyHints] = []  # further implicit sources (device, memory hints)
     explicit: list[tuple[TopologyHint, ...] | UpSetHints] = []
     for source in sources:
         if isinstance(source, CPUTopologyHints):
-            if family is None and source.universe & ~default == 0:
-                family = source
-            else:  # a second implicit source is rare: fall back to its full list
+            if source.universe & ~default:
                 explicit.append(tuple(source))
+            elif family is None:
+                family = source
+            else:
+                others.append(source)
         else:
             explicit.append(source)
-    best = _best_preferred(explicit, family, default, order)
+    best = _best_preferred(explicit, family, default, order, others)
     if best is not None:
         return TopologyHint(best, True)
-    best = _best_non_preferred(explicit, family, default, order, best_non_preferred_count(sources))
+    best = _best_non_preferred(explicit, family, default, order, best_non_preferred_count(sources), others)
     return TopologyHint(default if best is None else best, False)
 
 
 def _best_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], family: CPUTopologyHints | None,
-                    default: int, order: _Order) -> int | None:
+                    default: int, order: _Order, others: Sequence[CPUTopologyHints] = ()) -> int | None:
+    def everywhere(m: int) -> bool:  # a preferred hint of every further implicit source too
+        return all(o.is_hint(m) and o.is_preferred(m) for o in others)
+
     # Providers with a preferred "any" hint can agree with every mask; the others must all offer M.
     strict: list[set[int]] = []
     for source in explicit:
@@ -282,24 +288,28 @@ def _best_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], famil
         strict.sort(key=len)
         agreed = {m & default for m in strict[0]
                   if all(m in other for other in strict[1:])
-                  and (family is None or (family.is_hint(m) and family.is_preferred(m)))}
+                  and (family is None or (family.is_hint(m) and family.is_preferred(m))) and everywhere(m)}
         return min((m for m in agreed if m), key=order.preferred_key, default=None)
     assert family is not None
     for size, layer in family.preferred_layers():
+        if others:
+            layer = filter(everywhere, layer)
         first = next(layer, None)
         if first is None:
             continue
         if not order.closest:  # layers come smallest first, masks ascending: the first is the best
             return first
-        if size == family.min_affinity:  # every hint of this size is preferred: bounded search
+        if size == family.min_affinity and not others:  # every hint of this size is preferred
             return family.closest_within(family.universe, size, order.table)
         return min(itertools.chain([first], layer), key=order.same_size_key)
     return None
 
 
 def _best_non_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], family: CPUTopologyHints | None,
-                        default: int, order: _Order, best_count: int) -> int | None:
-    if any(isinstance(source, UpSetHints) for source in explicit):
+                        default: int, order: _Order, best_count: int,
+                        others: Sequence[CPUTopologyHints] = ()) -> int | None:
+    if not others and any(isinstance(source, UpSetHints) for source in explicit):
+        # interval fold (upset.py); with further implicit sources the general path below lists them
         intervals = {(default, default)}
         for source in explicit:
             intervals = fold(intervals, source, default)
@@ -308,9 +318,16 @@ def _best_non_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], f
         largest = len(family.nodes) if family is not None else default.bit_count()
         return best_non_preferred(intervals, family, order, best_count, largest)
     reachable = {default}
-    for source in explicit:
+    for source in sorted(explicit, key=len):  # AND is order-free; small sources first keep the set small
         masks = {default if h.affinity is None else h.affinity for h in source}
         reachable = {r & m for r in reachable for m in masks} - {0}
+        if not reachable:
+            return None
+    # {r & c : c a hint} without listing the hints: masks_within answers it. Plain up-sets go last:
+    # folded first, one would make every superset of its minimal masks reachable.
+    for other in sorted(others, key=lambda o: type(o) is CPUTopologyHints):
+        reachable = {m for r in reachable for size in range(1, r.bit_count() + 1)
+                     for m in other.masks_within(r, size)}
         if not reachable:
             return None
     if family is None:

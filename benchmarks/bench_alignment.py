@@ -1,0 +1,108 @@
+"""Time one admission with the CPU, device and memory providers: ``Engine.admit`` = CPU hints +
+device hints (a GPU the container holds, on a random NUMA node) + Memory Manager hints (4 GiB of
+memory, 1 GiB of 2 MiB hugepages) + merge + CPU and memory allocation.
+
+Machines: 256 CPUs / 8 NUMA (2 sockets x 4 NUMA x 16 cores x 2 threads) and 1024 CPUs / 16 NUMA
+(2 x 8 x 32 x 2), 64 GiB + 4 GiB hugepages per node, Topology Manager best-effort and
+single-numa-node, container scope. Node states: empty, and half-used (filled through the engine
+with ~32 random containers holding a GPU and 1-8 GiB each, so memory is in use).
+
+Targets: p99 < 1 ms (8 NUMA), < 10 ms (16 NUMA). Exit status 1 if missed.
+
+    .venv/bin/python benchmarks/bench_alignment.py [--repeat N] [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import random
+import statistics
+import sys
+import time
+
+from shapes import machine
+
+from nri_pinner.config import from_mapping
+from nri_pinner.engine.admission import AdmissionRequest, Engine
+from nri_pinner.engine.cpumanager.state import EngineState
+from nri_pinner.engine.devicemanager.hints import Device
+from nri_pinner.engine.memorymanager.provider import build_policy
+from nri_pinner.engine.topology.model import Topology
+
+GB = 1 << 30
+
+
+def make_engine(topology: Topology, policy: str) -> Engine:
+    nodes = topology.numa_nodes
+    memory = build_policy(nodes, {n: 68 * GB for n in nodes}, {n: {"hugepages-2Mi": 4 * GB} for n in nodes},
+                          {n: {"memory": GB} for n in nodes})
+    settings = from_mapping({"cpu_manager": {"reserved_cpu_count": 2}, "topology_manager": {"policy": policy},
+                             "hints": {"providers": ["cpu", "devices", "memory"]}})
+    return Engine.from_settings(settings, topology, memory=memory)
+
+
+def request(rng: random.Random, name: str, cpus: int, nodes: int, memory_gb: int) -> AdmissionRequest:
+    gpu = rng.randrange(nodes)
+    return AdmissionRequest(name, "c", "guaranteed", cpus * 1000, cpus * 1000,
+                            devices={"nvidia": [Device(f"gpu{gpu}", frozenset({gpu}))]},
+                            memory={"memory": memory_gb * GB, "hugepages-2Mi": GB})
+
+
+def half_used(engine: Engine, rng: random.Random) -> EngineState:
+    state = engine.initial_state()
+    nodes = len(engine.topology.numa_nodes)
+    target = len(engine.topology.online) // 2
+    i = 0
+    size = max(1, len(engine.topology.online) // 64)  # ~32 fill containers whatever the machine
+    while len(state.exclusive_cpus()) < target and i < 200:
+        state, _ = engine.admit(state, request(rng, f"fill{i}", rng.randint(size, 2 * size), nodes,
+                                               rng.randint(1, 8)))
+        i += 1
+    return state
+
+
+def measure(engine: Engine, state: EngineState, requests: list[AdmissionRequest]) -> tuple[float, float, str]:
+    samples: list[float] = []
+    gc.collect()
+    last = ""
+    for req in requests:
+        start = time.perf_counter_ns()
+        _, decision = engine.admit(state, req)
+        samples.append((time.perf_counter_ns() - start) / 1e6)
+        last = "admitted" if decision.admitted else decision.reason
+    samples.sort()
+    return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))], last
+
+
+def run(repeat: int, seed: int, slow: int) -> bool:
+    rng = random.Random(seed)
+    print(f"Engine.admit with cpu+devices+memory providers, {repeat} samples per row; "
+          f"Python {platform.python_version()} on {platform.machine()}")
+    print(f"{'machine':15} {'policy':17} {'node':10} {'cpus':>4} {'median ms':>10} {'p99 ms':>8} {'target':>7}  last")
+    ok = True
+    for label, topology, target_ms in (("256cpu/8numa", machine(2, 4, 16, 2), 1.0),
+                                       ("1024cpu/16numa", machine(2, 8, 32, 2), 10.0)):
+        nodes = len(topology.numa_nodes)
+        for policy in ("best-effort", "single-numa-node"):
+            engine = make_engine(topology, policy)
+            for state_label, state in (("empty", engine.initial_state()), ("half-used", half_used(engine, rng))):
+                for n in (2, 16):
+                    reqs = [request(rng, "bench", n, nodes, 4) for _ in range(repeat if nodes <= 8 else slow)]
+                    median, p99, outcome = measure(engine, state, reqs)
+                    met = p99 < target_ms
+                    ok &= met
+                    print(f"{label:15} {policy:17} {state_label:10} {n:>4} {median:>10.3f} {p99:>8.3f} "
+                          f"{'<' + format(target_ms, 'g'):>7}  {outcome}{'' if met else '  MISSED'}")
+    print("all targets met" if ok else "TARGET MISSED (p99 < 1 ms on 8 NUMA, < 10 ms on 16 NUMA)")
+    return ok
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=300, help="samples per row (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--repeat-16", type=int, default=20, help="samples per 16-NUMA row (default: %(default)s)")
+    args = parser.parse_args()
+    sys.exit(0 if run(args.repeat, args.seed, args.repeat_16) else 1)

@@ -1,0 +1,1 @@
+"""Device hints (the kubelet's device-manager rules), pure: no I/O."""

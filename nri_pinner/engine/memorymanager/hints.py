@@ -1,0 +1,121 @@
+"""The Memory Manager's hint list, held implicitly (like CPU hints) so 16 NUMA nodes stay cheap.
+
+The kubelet's list (``calculateHints``) is: every mask with enough allocatable *and* free
+memory of each requested kind, minus masks the group rules forbid. With node states split
+into *unused* nodes (no assignment: free = allocatable) and *used* ones, that list is exactly
+
+* masks made only of unused nodes whose totals hold every request (an up-set inside the
+  unused pool), plus
+* a few explicit masks over used nodes: a used node alone when it holds single-NUMA
+  allocations, and an existing multi-node group as a whole (each checked for free memory).
+
+A mask mixing used and unused nodes, or a group's subset or superset, is never a hint.
+Preferred = size equals the smallest mask with enough allocatable memory on any nodes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from functools import cached_property
+
+from ..topologymanager.cpu_hints import CPUTopologyHints
+from ..topologymanager.hints import TopologyHint, nodes_of
+
+
+class MemoryHints(CPUTopologyHints):
+    def __init__(self, nodes: Sequence[int], pool: int, pool_free: Mapping[str, Mapping[int, int]],
+                 requests: Mapping[str, int], extras: frozenset[int], min_affinity: int) -> None:
+        super().__init__(node_weights={n: 0 for n in nodes}, required=0, threshold=0, min_affinity=min_affinity,
+                         node_sockets={n: 0 for n in nodes}, min_sockets=None)
+        self.pool = pool & self.universe
+        self.extras = extras
+        self._free = {r: dict(w) for r, w in pool_free.items()}
+        self._need = dict(requests)
+
+    def _enough(self, mask: int) -> bool:
+        bits = nodes_of(mask)
+        return all(sum(self._free[r].get(n, 0) for n in bits) >= need for r, need in self._need.items())
+
+    def is_hint(self, mask: int) -> bool:
+        if mask in self.extras:
+            return True
+        return mask != 0 and mask & ~self.pool == 0 and self._enough(mask)
+
+    @cached_property
+    def narrowest_count(self) -> int | None:
+        best = min((m.bit_count() for m in self.extras), default=None)
+        pool_nodes = nodes_of(self.pool)
+        start = max((_greedy([self._free[r].get(n, 0) for n in pool_nodes], need)
+                     for r, need in self._need.items()), default=1)
+        for size in range(max(start, 1), len(pool_nodes) + 1):
+            if best is not None and size >= best:
+                break
+            if any(self._enough(sum(1 << n for n in c)) for c in itertools.combinations(pool_nodes, size)):
+                best = size
+                break
+        return best
+
+    def _hints_of_size(self, size: int) -> list[int]:
+        return sorted(m for m in (sum(1 << n for n in c) for c in itertools.combinations(self.nodes, size))
+                      if self.is_hint(m))
+
+    def preferred_layers(self) -> Iterator[tuple[int, Iterator[int]]]:
+        if self.narrowest_count is not None and self.min_affinity <= len(self.nodes):
+            yield self.min_affinity, iter(self._hints_of_size(self.min_affinity))
+
+    def masks_within(self, within: int, size: int) -> Iterator[int]:
+        """Masks R ⊆ ``within`` of ``size`` nodes that are some hint's intersection with ``within``.
+
+        Pool hints form an up-set inside the pool, so R ⊆ pool qualifies iff R ∪ (pool ∖ within)
+        holds the request; the explicit used-node masks are intersected one by one.
+        """
+        found = {e & within for e in self.extras if (e & within).bit_count() == size}
+        inside = nodes_of(within & self.pool)
+        outside = self.pool & ~within
+        if size <= len(inside):
+            for combo in itertools.combinations(inside, size):
+                r = sum(1 << n for n in combo)
+                if self._enough(r | outside):
+                    found.add(r)
+        yield from sorted(found)
+
+    def closest_within(self, within: int, size: int, distance: Mapping[int, Mapping[int, int]]) -> int | None:
+        def key(m: int) -> tuple[int, int]:
+            bits = nodes_of(m)
+            return sum(distance[a][b] for a in bits for b in bits), m
+        return min(self.masks_within(within, size), key=key, default=None)
+
+    def __iter__(self) -> Iterator[TopologyHint]:
+        """The kubelet's list (by size, then node combination order), from the pool and the extras only."""
+        pool_nodes = nodes_of(self.pool)
+        for size in range(1, len(self.nodes) + 1):  # lazily, size by size: callers often want a few
+            masks = {m for m in self.extras if m.bit_count() == size}
+            if size <= len(pool_nodes):
+                masks.update(m for m in (sum(1 << n for n in c) for c in itertools.combinations(pool_nodes, size))
+                             if self._enough(m))
+            for m in sorted(masks, key=nodes_of):
+                yield TopologyHint(m, self.is_preferred(m))
+
+    def __repr__(self) -> str:
+        return f"MemoryHints(pool={self.pool:#x}, extras={sorted(self.extras)}, need={self._need})"
+
+
+def _greedy(weights: list[int], need: int) -> int:
+    """Fewest of ``weights`` (largest first) that reach ``need`` (a lower bound for joint checks)."""
+    total = 0
+    for i, w in enumerate(sorted(weights, reverse=True), 1):
+        total += w
+        if total >= need:
+            return i
+    return len(weights) + 1
+
+
+def min_affinity(nodes: Sequence[int], alloc: Mapping[str, Mapping[int, int]], requests: Mapping[str, int]) -> int:
+    """Smallest mask size whose allocatable memory holds every request (all nodes if none does)."""
+    start = max((_greedy([alloc[r].get(n, 0) for n in nodes], need) for r, need in requests.items()), default=1)
+    for size in range(max(start, 1), len(nodes) + 1):
+        for combo in itertools.combinations(nodes, size):
+            if all(sum(alloc[r].get(n, 0) for n in combo) >= need for r, need in requests.items()):
+                return size
+    return len(nodes)

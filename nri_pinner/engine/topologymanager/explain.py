@@ -1,0 +1,58 @@
+"""Explaining a merge: each provider's hints in short form, and which provider a rejection is on.
+
+The kubelet's ``TopologyAffinityError`` names no resource. Here a rejection names the
+provider(s) whose removal alone would let the merge admit; when that is several (a conflict
+such as "the GPU is on node 1, free CPUs only on node 0"), the fixed facts (devices the
+container already holds) are listed last, so the provider that ran out is named first.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from .hints import ResourceHints, format_mask
+from .merge import TopologyManager, merge
+
+FIXED = ("devices", "static")  # providers describing what the container already has
+
+
+def summarize(answer: ResourceHints | None, limit: int = 6) -> dict[str, str]:
+    """``{resource: "{0} {1} {0,1}~ …"}`` (``~`` = not preferred); ``any`` for no preference."""
+    if not answer:
+        return {}
+    out: dict[str, str] = {}
+    for resource, hints in answer.items():
+        if hints is None:
+            out[resource] = "any"
+            continue
+        head = list(itertools.islice(iter(hints), limit + 1))
+        if not head:
+            out[resource] = "none"
+            continue
+        text = " ".join(format_mask(h.affinity) + ("" if h.preferred else "~") for h in head[:limit])
+        out[resource] = text + (" …" if len(head) > limit else "")
+    return out
+
+
+def blame(manager: TopologyManager, names: Sequence[str], answers: Sequence[ResourceHints | None]) -> list[str]:
+    """Providers (``name`` or ``name[resource]``) whose hints alone keep the merge from admitting."""
+    found: list[str] = []
+    for i, answer in enumerate(answers):
+        if not answer:
+            continue
+        rest = list(answers)
+        rest[i] = None
+        if merge(manager, rest).admit:
+            resources = [r for r, h in answer.items() if h is not None]
+            label = names[i]
+            if len(resources) > 1:
+                culprits = []
+                for r in resources:
+                    rest[i] = {k: v for k, v in answer.items() if k != r}
+                    if merge(manager, rest).admit:
+                        culprits.append(r)
+                resources = culprits or resources
+            found.append(f"{label}[{','.join(resources)}]" if resources and label != "cpu" else label)
+    found.sort(key=lambda n: n.split("[")[0] in FIXED)
+    return found
