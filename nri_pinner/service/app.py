@@ -55,7 +55,7 @@ class Service:
             backoff_max=settings.nri.reconnect_max_seconds,
         )
         cri = CRIClient(settings.reconcile.cri_socket) if settings.reconcile.cri_socket else None
-        self.reconciler = Reconciler(settings, self.tracker, self.stub, self.metrics, cri)
+        self.reconciler = Reconciler(settings, self.tracker, self.stub, self.metrics, cri, self.plugin.writer)
 
     def document(self) -> dict[str, object]:
         return status_document(self.tracker, self.stub, self.reconciler.repairs)

@@ -21,6 +21,9 @@ from ..engine.cpuset import CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
 from . import checkpoint
+from .cgroup_writer import CpusetWriter
+from .cgroups import CgroupError, read_cpuset
+from .cpuset_sync import cpu_update, sync_cpusets
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
 from .rebuild import checkpoint_entries, rebuild
@@ -33,33 +36,17 @@ class AdmissionRefused(Exception):
     """Fails the container create, as a kubelet admission failure would fail the pod."""
 
 
-def cpu_update(container_id: str, cpus: CPUSet | str, mems: str) -> api.ContainerUpdate:
-    u = api.ContainerUpdate(container_id=container_id)
-    u.linux.resources.cpu.cpus = str(cpus)
-    u.linux.resources.cpu.mems = mems
-    return u
-
-
 class PinnerPlugin:
     def __init__(self, settings: Settings, tracker: Tracker, metrics: Metrics,
                  prior_checkpoint: dict[str, Any] | None = None) -> None:
         self.settings, self.tracker, self.metrics = settings, tracker, metrics
         self._prior = checkpoint_entries(prior_checkpoint)
         self._seeded: dict[str, tuple[str, str]] = {}  # checkpoint entries held without a Synchronize
+        self.writer = CpusetWriter(settings.reconcile.cgroup_root) if settings.reconcile.cgroup_writes else None
 
     # -- helpers (call with the tracker lock held) ----------------------------------------------
     def _pending_updates(self, exclude: str = "") -> list[api.ContainerUpdate]:
-        updates = []
-        texts: dict[CPUSet, str] = {}  # shared containers all get the same pool: format it once
-        for t in self.tracker.containers.values():
-            if t.stopped or t.container_id == exclude:
-                continue
-            cpus, mems = self.tracker.desired(t)
-            if t.applied_cpus != cpus or t.applied_mems != mems:
-                text = texts.get(cpus) or texts.setdefault(cpus, str(cpus))
-                updates.append(cpu_update(t.container_id, text, mems))
-                t.applied_cpus, t.applied_mems = cpus, mems
-        return updates
+        return sync_cpusets(self.tracker, self.writer, exclude)
 
     def _checkpoint_body(self) -> dict[str, Any]:
         tr = self.tracker
@@ -74,6 +61,7 @@ class PinnerPlugin:
 
     def _commit(self) -> None:
         """Persist and publish after every change; a failed write is logged, never fatal."""
+        self.tracker.generation += 1
         try:
             checkpoint.write(self.settings.state.checkpoint, self._checkpoint_body())
         except OSError as exc:
@@ -123,6 +111,15 @@ class PinnerPlugin:
         self.tracker.state = self.tracker.engine.remove(self.tracker.state, *key)
         return True
 
+    def _read_cgroup(self, cgroups_path: str) -> tuple[CPUSet, str] | None:
+        """What a container's cgroup holds (rebuild trusts it over the runtime's stale record)."""
+        if self.writer is None:
+            return None
+        try:
+            return read_cpuset(self.writer.root, cgroups_path)
+        except CgroupError:
+            return None
+
     def on_close(self) -> None:
         with self.tracker.lock:
             self.tracker.forget_applied()
@@ -132,7 +129,7 @@ class PinnerPlugin:
     def synchronize(self, pods: list[api.PodSandbox], containers: list[api.Container]) -> list[api.ContainerUpdate]:
         tr = self.tracker
         with tr.lock:
-            result = rebuild(tr.engine, self._prior, pods, containers)
+            result = rebuild(tr.engine, self._prior, pods, containers, self._read_cgroup)
             tr.state, tr.containers = result.state, result.containers
             self._seeded.clear()
             for message in result.repairs:
@@ -224,29 +221,35 @@ class PinnerPlugin:
             self._commit()
 
     def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
+        """Answer every update of a tracked container with its current cpuset.
+
+        containerd merges a CRI update into its stored spec, which still holds the cpuset from the
+        create (our cgroup writes never reach it), and hands all of it to runc: without our answer a
+        kubelet resize would put a shared container back on CPUs that are exclusive now.
+        Rule (README "Our updates and the kubelet's"): cpus set, shares and quota unset (0) = a
+        cpuset-only update: ours when it asks for the desired set, anyone else's is undone; shares or
+        quota set = a kubelet resize (its cpuset, if any, is the stale or kubelet-side one: replaced).
+        """
         cpu = req.linux_resources.cpu
-        # containerd relays a CRI update with shares/quota/period present but 0 when CRI left them unset
         cpuset_only = bool(cpu.cpus) and not cpu.shares.value and not cpu.quota.value
         tr = self.tracker
         with tr.lock:
             t = tr.containers.get(req.container.id)
-            if t is None:
+            if t is None or t.stopped:
                 return api.UpdateContainerResponse(update=self._pending_updates())
-            desired, _ = tr.desired(t)
-            if cpuset_only:
-                try:
-                    asked = CPUSet.parse(cpu.cpus)
-                except CPUSetError:
-                    asked = None
-                if asked == desired:
-                    t.applied_cpus = desired  # our own CRI repair coming back through NRI
-                else:
-                    log.warning("cpuset changed through CRI by someone else; restoring", container=t.key[1],
-                                asked=cpu.cpus, desired=str(desired))
-                    t.applied_cpus = None
-                return api.UpdateContainerResponse(update=self._pending_updates())
-            self._note_resize(t, req.linux_resources)
-            return api.UpdateContainerResponse(update=self._pending_updates())
+            desired, mems = tr.desired(t)
+            try:
+                asked: CPUSet | None = CPUSet.parse(cpu.cpus) if cpu.cpus else None
+            except CPUSetError:
+                asked = None
+            if cpuset_only and asked != desired:
+                log.warning("cpuset changed through CRI by someone else; restoring", container=t.key[1],
+                            asked=cpu.cpus, desired=str(desired))
+            elif not cpuset_only:
+                self._note_resize(t, req.linux_resources)
+            t.applied_cpus, t.applied_mems = desired, mems
+            updates = [cpu_update(t.container_id, desired, mems), *self._pending_updates(exclude=t.container_id)]
+            return api.UpdateContainerResponse(update=updates)
 
     def stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
         tr = self.tracker

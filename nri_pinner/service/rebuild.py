@@ -7,7 +7,7 @@ repaired and reported, never a reason to refuse to start.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,6 +21,7 @@ from .intent import GUARANTEED, UNMANAGED, ContainerIntent, IntentError, intent_
 from .tracker import Tracked
 
 PriorEntries = Mapping[str, Mapping[str, Any]]  # container id -> checkpoint entry
+CgroupReader = Callable[[str], tuple[CPUSet, str] | None]  # cgroups path -> (cpus, mems), None = unreadable
 
 
 @dataclass
@@ -56,7 +57,7 @@ def _intent(pod: api.PodSandbox, c: api.Container, repairs: list[str]) -> Contai
 
 
 def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
-            containers: Sequence[api.Container]) -> Rebuilt:
+            containers: Sequence[api.Container], cgroup: CgroupReader | None = None) -> Rebuilt:
     pods_by_id = {p.id: p for p in pods}
     active = [c for c in containers
               if c.state != api.CONTAINER_STOPPED and c.pod_sandbox_id in pods_by_id]
@@ -68,20 +69,34 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
         pod = pods_by_id[c.pod_sandbox_id]
         intent = _intent(pod, c, repairs)
         n = guaranteed_cpus(QoS.GUARANTEED, intent.request_milli, intent.limit_milli) if intent.qos == GUARANTEED else 0
-        actual = _cpus(c.linux.resources.cpu.cpus)
+        actual, mems = _current_cpuset(c, cgroup)
         entry = prior.get(c.id)
         if entry is not None and entry.get("restartable") and intent.init:
             intent = replace(intent, restartable=True)  # found running as a sidecar before the restart
         who = f"{pod.namespace}/{pod.name}/{c.name}"
         state = _place(engine, state, intent, n, actual, entry, who, repairs)
         tracked[c.id] = Tracked(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,
-                                applied_cpus=actual or None, applied_mems=c.linux.resources.cpu.mems)
+                                applied_cpus=actual or None, applied_mems=mems)
     for cid in prior:
         if cid not in tracked:
             repairs.append(f"dropped checkpoint entry for container {cid[:12]}: the runtime no longer runs it")
     state, messages = engine.policy.start(state)
     repairs.extend(messages)
     return Rebuilt(state, tracked, repairs)
+
+
+def _current_cpuset(c: api.Container, cgroup: CgroupReader | None) -> tuple[CPUSet, str]:
+    """Stale-cpuset rule (issue 19): a running container's cgroup holds its real cpuset.
+
+    Pool changes are written into cgroups directly, so containerd's record (what Synchronize
+    reports) still holds the cpuset of the container's create. The cgroup wins when it can be
+    read; the runtime's record only for containers without one (created, not started yet: their
+    record is current, our fallback updates reach it).
+    """
+    held = cgroup(c.linux.cgroups_path) if cgroup is not None and c.linux.cgroups_path else None
+    if held is not None:
+        return held
+    return _cpus(c.linux.resources.cpu.cpus), c.linux.resources.cpu.mems
 
 
 def _place(engine: Engine, state: EngineState, intent: ContainerIntent, n: int, actual: CPUSet,

@@ -41,6 +41,7 @@ class Tracker:
     containers: dict[str, Tracked] = field(default_factory=dict)
     decisions: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=64))
     lock: threading.RLock = field(default_factory=threading.RLock)
+    generation: int = 0  # bumped after every change; a repair sent across a change is re-checked
     # cpuset.mems text per (engine, cpus): every shared container asks for the same pool's
     _mems: dict[tuple[Engine, CPUSet], str] = field(default_factory=dict, repr=False)
 
