@@ -20,9 +20,9 @@ from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
-from . import checkpoint
 from .cgroup_writer import CpusetWriter
 from .cgroups import CgroupError, read_cpuset
+from .checkpoint_writer import CheckpointWriter, Snapshot
 from .cpuset_sync import cpu_update, sync_cpusets
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
@@ -42,30 +42,21 @@ class PinnerPlugin:
         self.settings, self.tracker, self.metrics = settings, tracker, metrics
         self._prior = checkpoint_entries(prior_checkpoint)
         self._seeded: dict[str, tuple[str, str]] = {}  # checkpoint entries held without a Synchronize
+        self.checkpoints = CheckpointWriter(settings.state.checkpoint)
         self.writer = CpusetWriter(settings.reconcile.cgroup_root) if settings.reconcile.cgroup_writes else None
 
     # -- helpers (call with the tracker lock held) ----------------------------------------------
     def _pending_updates(self, exclude: str = "") -> list[api.ContainerUpdate]:
         return sync_cpusets(self.tracker, self.writer, exclude)
 
-    def _checkpoint_body(self) -> dict[str, Any]:
+    def _snapshot(self) -> Snapshot:
         tr = self.tracker
-        entries = []
-        for t in tr.containers.values():
-            a = tr.assignment(t)
-            if a is None:
-                continue
-            entries.append({"container_id": t.container_id, "sandbox_id": t.sandbox_id, **a.to_dict()})
-        return {"policy": "static", "reserved": str(tr.engine.policy.reserved), "shared": str(tr.shared_pool),
-                "entries": entries}
+        return Snapshot(tr.state, dict(tr.containers), tr.engine.policy.reserved, tr.shared_pool)
 
     def _commit(self) -> None:
-        """Persist and publish after every change; a failed write is logged, never fatal."""
+        """After every change: bump the generation, queue the checkpoint (written behind the reply)."""
         self.tracker.generation += 1
-        try:
-            checkpoint.write(self.settings.state.checkpoint, self._checkpoint_body())
-        except OSError as exc:
-            log.error("checkpoint write failed", path=self.settings.state.checkpoint, error=str(exc))
+        self.checkpoints.submit(self._snapshot())
         self.metrics.shared_pool_cpus.set(len(self.tracker.shared_pool))
         self.metrics.exclusive_cpus.set(len(self.tracker.state.exclusive_cpus()))
 
@@ -124,7 +115,7 @@ class PinnerPlugin:
         with self.tracker.lock:
             self.tracker.forget_applied()
             # the next Synchronize rebuilds from the runtime; what we know now is the best hint
-            self._prior = checkpoint_entries(self._checkpoint_body())
+            self._prior = checkpoint_entries(self._snapshot().body())
 
     def synchronize(self, pods: list[api.PodSandbox], containers: list[api.Container]) -> list[api.ContainerUpdate]:
         tr = self.tracker
