@@ -54,9 +54,9 @@ class PinnerPlugin:
         return Snapshot(tr.state, dict(tr.containers), tr.engine.policy.reserved, tr.shared_pool)
 
     def _commit(self) -> None:
-        """After every change: bump the generation, queue the checkpoint (written behind the reply)."""
-        self.tracker.generation += 1
-        self.checkpoints.submit(self._snapshot())
+        """After every change: publish a view, queue the checkpoint (written behind the reply)."""
+        view = self.tracker.publish()
+        self.checkpoints.submit(Snapshot(view.state, view.containers, view.engine.policy.reserved, view.shared_pool))
         self.metrics.shared_pool_cpus.set(len(self.tracker.shared_pool))
         self.metrics.exclusive_cpus.set(len(self.tracker.state.exclusive_cpus()))
 
@@ -155,6 +155,7 @@ class PinnerPlugin:
                 log.warning("admission rejected", pod=f"{intent.namespace}/{intent.pod_name}",
                             container=intent.container, reason=decision.reason, message=decision.message)
                 if self.settings.nri.on_reject == "fail":
+                    tr.publish()  # the decision log shows the rejection
                     raise AdmissionRefused(f"nri-pinner: {decision.reason}: {decision.message}")
                 self.metrics.fail_open.labels("rejected").inc()
                 state, decision = tr.engine.admit(tr.state, replace(request, qos=QoS.BEST_EFFORT))

@@ -195,7 +195,7 @@ class Reconciler:
                     state = readmitted
                     messages.append(f"{t.intent.pod_name}/{t.key[1]}: pinned again on CPUs {decision.cpus}")
             tr.engine, tr.state = engine, state
-            tr.generation += 1
+            tr.publish()
             log.warning("online CPUs changed", before=str(before), after=str(engine.topology.online),
                         shared=str(tr.shared_pool))
             for m in messages:

@@ -1,7 +1,9 @@
 """The service's view of containers: engine state plus what each runtime container was last told.
 
-All mutation happens under one lock: NRI handlers run on the stub's handler thread, the
-reconcile timer and the inspection server on the main loop.
+One owner: every change happens under `lock`, on the stub's handler thread (NRI events) or on a
+worker thread of the reconcile timer — never on the asyncio loop that carries the wire, so the
+loop never waits for a handler. After each change the owner `publish()`es an immutable `View`;
+inspection reads the newest view without any lock.
 """
 
 from __future__ import annotations
@@ -34,6 +36,23 @@ class Tracked:
         return (self.intent.pod_key, self.intent.container)
 
 
+@dataclass(frozen=True)
+class View:
+    """What inspection reads: the engine and state of one moment, and that moment's containers.
+    The `Tracked` records are shared; the fields a view reads (ids, intent, stopped) are only
+    ever replaced whole, so a reader sees either the old or the new value."""
+
+    engine: Engine
+    state: EngineState
+    containers: dict[str, Tracked]
+    decisions: tuple[dict[str, Any], ...]
+    generation: int
+
+    @property
+    def shared_pool(self) -> CPUSet:
+        return self.engine.policy.shared_pool(self.state) or self.engine.policy.reserved
+
+
 @dataclass
 class Tracker:
     engine: Engine
@@ -42,6 +61,7 @@ class Tracker:
     decisions: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=64))
     lock: threading.RLock = field(default_factory=threading.RLock)
     generation: int = 0  # bumped after every change; a repair sent across a change is re-checked
+    published: View | None = None  # the newest view (None before the first publish)
     # cpuset.mems text per (engine, cpus): every shared container asks for the same pool's
     _mems: dict[tuple[Engine, CPUSet], str] = field(default_factory=dict, repr=False)
 
@@ -79,6 +99,21 @@ class Tracker:
         entry = {"container_id": intent.container_id, "namespace": intent.namespace, "pod_name": intent.pod_name,
                  "outcome": outcome, **decision.to_json()}
         self.decisions.append(entry)
+
+    def publish(self) -> View:
+        """Call with the lock held, after a change: bump the generation and publish a view."""
+        self.generation += 1
+        view = self.published = View(self.engine, self.state, dict(self.containers), tuple(self.decisions),
+                                     self.generation)
+        return view
+
+    def view(self) -> View:
+        """The newest published view (lock-free; publishes one first if none exists yet)."""
+        view = self.published
+        if view is None:
+            with self.lock:
+                view = self.publish()
+        return view
 
     def forget_applied(self) -> None:
         """After a reply the runtime may not have applied: resend everything on the next one."""

@@ -88,6 +88,13 @@ def mems_for(topology: Topology, cpus: CPUSet) -> str:
 _SERVICES: weakref.WeakValueDictionary[str, Service] = weakref.WeakValueDictionary()
 
 
+def close_services() -> None:
+    """Stop the checkpoint writer of every service the harness made (test teardown)."""
+    for svc in list(_SERVICES.values()):
+        svc.plugin.checkpoints.close()
+    _SERVICES.clear()
+
+
 def checkpoint_entries(settings: Settings) -> dict[str, dict[str, Any]]:
     """The checkpoint file, once the service writing it has written everything it was given."""
     svc = _SERVICES.get(settings.state.checkpoint)
