@@ -38,37 +38,42 @@ class WriteCounts:
     failed: int = 0  # containers left to the NRI update
 
 
-def _read(path: Path) -> CPUSet:
+def _read_text(path: str) -> str:
     try:
         with open(path, "rb") as f:
-            return CPUSet.parse(f.read().decode())
+            return f.read().decode().strip()
     except OSError as exc:
         raise CgroupError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _parse(path: str, text: str) -> CPUSet:
+    try:
+        return CPUSet.parse(text)
     except CPUSetError as exc:
         raise CgroupError(f"{path}: {exc}") from exc
 
 
-def _write(path: Path, value: CPUSet) -> None:
+def _write(path: str, text: str) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_TRUNC)  # O_TRUNC: cgroupfs ignores it, plain test files need it
     except OSError as exc:
         raise CgroupError(f"cannot open {path}: {exc.strerror or exc}") from exc
     try:
-        os.write(fd, (str(value) or "\n").encode())  # an empty set is written as a newline
+        os.write(fd, (text or "\n").encode())  # an empty set is written as a newline
     except OSError as exc:
-        raise CgroupError(f"cannot write {value} to {path}: {exc.strerror or exc}") from exc
+        raise CgroupError(f"cannot write {text} to {path}: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
 
 
-def _nested(top: Path) -> list[Path]:
+def _nested(top: str) -> list[str]:
     """Every cgroup below `top`, parents before children (breadth first)."""
-    out: list[Path] = []
+    out: list[str] = []
     queue = [top]
     while queue:
         d = queue.pop(0)
         try:
-            entries = [Path(e.path) for e in os.scandir(d) if e.is_dir(follow_symlinks=False)]
+            entries = [e.path for e in os.scandir(d) if e.is_dir(follow_symlinks=False)]
         except OSError:
             continue
         out.extend(entries)
@@ -77,49 +82,75 @@ def _nested(top: Path) -> list[Path]:
 
 
 class CpusetWriter:
+    """Per event it costs, for each container whose cpuset changes, a read of the two files and
+    one write each that differs: plain `os` calls on cached paths (see bench_cgroup_write.py)."""
+
     def __init__(self, cgroup_root: str | Path) -> None:
         self.root = Path(cgroup_root)
         self.counts = WriteCounts()
+        self._dirs: dict[str, str] = {}  # cgroups path -> the container's cpuset directory
+        self._texts: dict[CPUSet, str] = {}
 
     @property
     def v1(self) -> bool:
-        """A cpuset hierarchy of its own (v1 or hybrid), as `cgroups.cpuset_dir` decides per call."""
+        """A cpuset hierarchy of its own (v1 or hybrid), as `cgroups.cpuset_dir` decides."""
         return (self.root / "cpuset").is_dir()
+
+    def _dir(self, cgroups_path: str) -> str:
+        d = self._dirs.get(cgroups_path)
+        if d is None:
+            if len(self._dirs) >= 65536:
+                self._dirs.clear()
+            d = self._dirs[cgroups_path] = str(cpuset_dir(self.root, cgroups_path))
+        return d
+
+    def _text(self, cpus: CPUSet) -> str:
+        text = self._texts.get(cpus)
+        if text is None:
+            if len(self._texts) >= 256:
+                self._texts.clear()
+            text = self._texts[cpus] = str(cpus)
+        return text
 
     def apply(self, cgroups_path: str, cpus: CPUSet, mems: str) -> None:
         """Make the container's cgroup hold `cpus` / `mems` ("" = leave mems alone)."""
         try:
             if not cgroups_path:
                 raise CgroupError("the runtime reported no cgroups path")
-            top = cpuset_dir(self.root, cgroups_path)
+            top = self._dir(cgroups_path)
             wanted_mems = CPUSet.parse(mems) if mems else None
             self._apply(top, cpus, wanted_mems)
         except (CgroupError, CPUSetError) as exc:
             self.counts.failed += 1
+            self._dirs.pop(cgroups_path, None)  # the layout may have changed (v1 <-> v2 test trees)
             raise CgroupError(str(exc)) from exc
         self.counts.containers += 1
 
-    def _apply(self, top: Path, cpus: CPUSet, mems: CPUSet | None) -> None:
-        if not top.is_dir():
-            raise CgroupError(f"no cgroup {top} (not started yet, or gone)")
-        children = _nested(top) if self.v1 else []
-        if children:
-            self.counts.nested += 1
+    def _apply(self, top: str, cpus: CPUSet, mems: CPUSet | None) -> None:
+        children: list[str] | None = None  # looked up once, only when something narrows
         for name, value in ((CPUS, cpus), (MEMS, mems)):
             if value is None:
                 continue
-            current = _read(top / name)
+            path = f"{top}/{name}"
+            text = _read_text(path)
+            if text == self._text(value):
+                continue
+            current = _parse(path, text)
             if current == value:
                 continue
             if not value.issubset(current):  # widen first (through the union when CPUs also go)
-                self._put(top / name, current | value)
+                self._put(path, current | value)
             if not current.issubset(value):  # then narrow: nested cgroups deepest first, the container last
+                if children is None:
+                    children = _nested(top) if self.v1 else []
+                    self.counts.nested += bool(children)
                 for child in reversed(children):
-                    have = _read(child / name)
+                    child_path = f"{child}/{name}"
+                    have = _parse(child_path, _read_text(child_path))
                     if not have.issubset(value):
-                        self._put(child / name, (have & value) or value)
-                self._put(top / name, value)
+                        self._put(child_path, (have & value) or value)
+                self._put(path, value)
 
-    def _put(self, path: Path, value: CPUSet) -> None:
-        _write(path, value)
+    def _put(self, path: str, value: CPUSet) -> None:
+        _write(path, self._text(value))
         self.counts.writes += 1

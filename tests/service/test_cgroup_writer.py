@@ -69,7 +69,8 @@ def kernel_v1_rule(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, CPUSet]]
     writes: list[tuple[Path, CPUSet]] = []
     real = cgroup_writer._write
 
-    def checked(path: Path, value: CPUSet) -> None:
+    def checked(path_text: str, text: str) -> None:
+        path, value = Path(path_text), CPUSet.parse(text)
         d = path.parent
         if "cpuset" not in path.parts:  # cgroup v2: no such rule
             pass
@@ -79,7 +80,7 @@ def kernel_v1_rule(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, CPUSet]]
             if not read(child, path.name).issubset(value):
                 raise CgroupError(f"EBUSY: child {child.name} holds {read(child, path.name)}")
         writes.append((path, value))
-        real(path, value)
+        real(path_text, text)
 
     monkeypatch.setattr(cgroup_writer, "_write", checked)
     return writes
@@ -138,7 +139,7 @@ def test_v2_ignores_nested_cgroups(tmp_path: Path, kernel_v1_rule: list[tuple[Pa
 
 def test_failures_are_errors_the_caller_falls_back_on(tmp_path: Path) -> None:
     w = CpusetWriter(tmp_path)
-    with pytest.raises(CgroupError, match="not started yet"):
+    with pytest.raises(CgroupError, match="No such file"):  # not started yet, or gone
         w.apply(LAYOUTS["cgroupfs"][0], CPUSet([1]), "0")
     with pytest.raises(CgroupError, match="no cgroups path"):
         w.apply("", CPUSet([1]), "0")
