@@ -69,7 +69,7 @@ class Service:
             return await serve(self.stub, structlog.get_logger("nri_pinner.nri"))
         finally:
             await stop_task(reconcile)
-            await asyncio.to_thread(self.plugin.checkpoints.close)  # the last state reaches the disk
+            await asyncio.to_thread(self.plugin.close)  # the last state reaches the disk
             await server.stop(0.5)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.settings.inspect.socket)

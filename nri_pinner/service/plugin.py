@@ -20,16 +20,20 @@ from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
+from .cgroup_sync import CgroupSyncer
 from .cgroup_writer import CpusetWriter
 from .cgroups import CgroupError, read_cpuset
 from .checkpoint_writer import CheckpointWriter, Snapshot
-from .cpuset_sync import cpu_update, sync_cpusets
+from .cpuset_sync import cpu_update, reply_updates
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
 from .rebuild import checkpoint_entries, rebuild
 from .tracker import Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")
+
+
+START_WAIT_SECONDS = 1.0  # inside the runtime's 2 s request budget, with margin
 
 
 class AdmissionRefused(Exception):
@@ -44,10 +48,11 @@ class PinnerPlugin:
         self._seeded: dict[str, tuple[str, str]] = {}  # checkpoint entries held without a Synchronize
         self.checkpoints = CheckpointWriter(settings.state.checkpoint)
         self.writer = CpusetWriter(settings.reconcile.cgroup_root) if settings.reconcile.cgroup_writes else None
+        self.syncer = CgroupSyncer(tracker, self.writer) if self.writer is not None else None
 
     # -- helpers (call with the tracker lock held) ----------------------------------------------
     def _pending_updates(self, exclude: str = "") -> list[api.ContainerUpdate]:
-        return sync_cpusets(self.tracker, self.writer, exclude)
+        return reply_updates(self.tracker, self.syncer is not None, exclude)
 
     def _snapshot(self) -> Snapshot:
         tr = self.tracker
@@ -56,6 +61,8 @@ class PinnerPlugin:
     def _commit(self) -> None:
         """After every change: publish a view, queue the checkpoint (written behind the reply)."""
         view = self.tracker.publish()
+        if self.syncer is not None:
+            self.syncer.kick(view.generation)  # started containers' cgroups follow, off this reply
         self.checkpoints.submit(Snapshot(view.state, view.containers, view.engine.policy.reserved, view.shared_pool))
         self.metrics.shared_pool_cpus.set(len(self.tracker.shared_pool))
         self.metrics.exclusive_cpus.set(len(self.tracker.state.exclusive_cpus()))
@@ -111,6 +118,12 @@ class PinnerPlugin:
         except CgroupError:
             return None
 
+    def close(self) -> None:
+        """Stop the writer threads (after the last event): the checkpoint is flushed first."""
+        if self.syncer is not None:
+            self.syncer.close()
+        self.checkpoints.close()
+
     def on_close(self) -> None:
         with self.tracker.lock:
             self.tracker.forget_applied()
@@ -125,6 +138,8 @@ class PinnerPlugin:
             self._seeded.clear()
             for message in result.repairs:
                 log.warning("state repaired", repair=message)
+            if self.syncer is not None:  # written here, so a failed write can still ride on this reply
+                self.syncer.run_pass()
             updates = self._pending_updates()
             self._commit()
         log.info("synchronized", pods=len(pods), containers=len(containers), repairs=len(result.repairs),
@@ -242,6 +257,26 @@ class PinnerPlugin:
             t.applied_cpus, t.applied_mems = desired, mems
             updates = [cpu_update(t.container_id, desired, mems), *self._pending_updates(exclude=t.container_id)]
             return api.UpdateContainerResponse(update=updates)
+
+    def start_container(self, event: api.StateChangeEvent) -> None:
+        """An exclusive container starts only once no started container's cgroup holds its CPUs."""
+        tr = self.tracker
+        with tr.lock:
+            t = tr.containers.get(event.container.id)
+            if t is None:
+                return
+            t.started = True
+            a = tr.assignment(t)
+            generation = tr.generation
+            exclusive = a is not None and a.exclusive
+            if self.syncer is not None and (exclusive or (t.applied_cpus, t.applied_mems) != tr.desired(t)):
+                self.syncer.kick(generation)
+        if self.syncer is None or not exclusive:
+            return
+        if not self.syncer.wait(generation, START_WAIT_SECONDS):
+            self.metrics.late_replies.labels("StartContainer").inc()
+            log.warning("shared cgroups not yet written when an exclusive container starts", container=t.key[1],
+                        waited_s=START_WAIT_SECONDS)
 
     def stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
         tr = self.tracker

@@ -76,6 +76,7 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
         who = f"{pod.namespace}/{pod.name}/{c.name}"
         state = _place(engine, state, intent, n, actual, entry, who, repairs)
         tracked[c.id] = Tracked(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,
+                                started=c.state == api.CONTAINER_RUNNING,
                                 applied_cpus=actual or None, applied_mems=mems)
     for cid in prior:
         if cid not in tracked:

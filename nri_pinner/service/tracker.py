@@ -28,6 +28,8 @@ class Tracked:
     intent: ContainerIntent
     cgroups_path: str = ""
     stopped: bool = False
+    started: bool = False  # StartContainer seen (or running at Synchronize): it has a cgroup to write
+    fallback: bool = False  # a cgroup write failed: the next reply carries the NRI update
     applied_cpus: CPUSet | None = None  # what the runtime was last told; None = unknown, resend
     applied_mems: str = ""
 

@@ -91,7 +91,7 @@ _SERVICES: weakref.WeakValueDictionary[str, Service] = weakref.WeakValueDictiona
 def close_services() -> None:
     """Stop the checkpoint writer of every service the harness made (test teardown)."""
     for svc in list(_SERVICES.values()):
-        svc.plugin.checkpoints.close()
+        svc.plugin.close()
     _SERVICES.clear()
 
 
@@ -171,7 +171,7 @@ async def running(settings: Settings, profile: RuntimeProfile = CONTAINERD_1_7_2
                 conn = await runtime.wait_ready()
                 yield Running(svc, runtime, conn)
         finally:
-            await asyncio.to_thread(svc.plugin.checkpoints.close)  # as Service.run does on its way out
+            await asyncio.to_thread(svc.plugin.close)  # as Service.run does on its way out
 
 
 # ------------------------------------------------------------------------------------------- cgroups
