@@ -3,10 +3,11 @@
 Node: a 256-CPU, 8-NUMA-node sysfs tree written by scripts/gen_sysfs.py into a temp directory.
 
 CreateContainer (`--shared N`, repeatable): N Burstable containers run, each with a cgroup-v1
-cpuset directory in a tree built in tmp (plain files: this measures our side of a direct write, not
-the kernel's — benchmarks/bench_cgroup_write.py measures that). Then Guaranteed containers (2 CPUs
-each; every shared container's cgroup is rewritten before the reply) are created and released with
-StopContainer + RemoveContainer, alternating with Burstable creates. The checkpoint is written
+cpuset directory in a tree built in tmpfs (plain files: this measures our side of a direct write,
+not the kernel's — benchmarks/bench_cgroup_write.py measures that). Then Guaranteed containers
+(2 CPUs each) are created, started (StartContainer waits until every shared container's cgroup has
+been rewritten by the syncer thread) and released with StopContainer + RemoveContainer,
+alternating with Burstable creates. The checkpoint is written
 behind the replies (fsync), as in production. Prints median / p99 / max per kind.
 
 Synchronize (`--sync N`, repeatable): a runtime reporting N containers (100 Guaranteed with 2 CPUs,
@@ -76,7 +77,8 @@ async def bench_create(workdir: Path, sysfs: Path, creates: int, shared: int, pr
     workdir.mkdir()
     settings = make_settings(workdir, sysfs=sysfs, cpu_manager={"reserved_cpus": "0,128"})
     cgroups = Path(settings.reconcile.cgroup_root)
-    timings: dict[str, list[float]] = {"guaranteed create": [], "guaranteed stop": [], "burstable create": []}
+    timings: dict[str, list[float]] = {"guaranteed create": [], "guaranteed start": [], "guaranteed stop": [],
+                                       "burstable create": []}
     async with running(settings, PROFILES[profile_label]) as r:
         bpod = pod("bulk", "burstable")
         for i in range(shared):
@@ -85,6 +87,7 @@ async def bench_create(workdir: Path, sysfs: Path, creates: int, shared: int, pr
             if tree:
                 assert reply is not None
                 make_cgroup(cgroups, c, reply.adjust.linux.resources.cpu.cpus)
+                await r.conn.state_change(api.START_CONTAINER, bpod, c)
         gpod = pod("gold")
         for i in range(creates):
             if i % 2 == 0:
@@ -93,6 +96,11 @@ async def bench_create(workdir: Path, sysfs: Path, creates: int, shared: int, pr
                 reply = await r.conn.create_container(create(gpod, c))
                 timings["guaranteed create"].append(time.perf_counter() - started)
                 assert reply is not None and len(reply.update) == (0 if tree else shared)
+                if tree:
+                    make_cgroup(cgroups, c, reply.adjust.linux.resources.cpu.cpus)
+                started = time.perf_counter()
+                await r.conn.state_change(api.START_CONTAINER, gpod, c)  # waits for the shared cgroups
+                timings["guaranteed start"].append(time.perf_counter() - started)
                 started = time.perf_counter()
                 await r.conn.stop_container(api.StopContainerRequest(pod=gpod, container=c))
                 timings["guaranteed stop"].append(time.perf_counter() - started)
@@ -105,7 +113,7 @@ async def bench_create(workdir: Path, sysfs: Path, creates: int, shared: int, pr
                 await r.conn.state_change(api.REMOVE_CONTAINER, bpod, c)
         fallbacks = r.svc.stub.stats.fallbacks
         writer = r.svc.plugin.writer
-        written = writer.counts.writes if writer is not None else 0
+        written = writer.counts if writer is not None else None
         cp = r.svc.plugin.checkpoints
     print(f"CreateContainer round trip, {SHAPE} (256 CPUs), runtime {profile_label}, {shared} shared containers "
           f"running, cgroups: {'tree in tmp' if tree else 'none (NRI updates)'}; cgroup files written {written}, "

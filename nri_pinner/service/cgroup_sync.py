@@ -80,12 +80,13 @@ class CgroupSyncer:
         tr = self.tracker
         with tr.lock:
             generation = tr.generation
-            work = [(t, *tr.desired(t)) for t in tr.containers.values()
+            work = [(t, *tr.desired(t), (t.applied_cpus, t.applied_mems) if t.applied_cpus is not None else None)
+                    for t in tr.containers.values()
                     if t.started and not t.stopped and (t.applied_cpus, t.applied_mems) != tr.desired(t)]
         done: list[tuple[Tracked, CPUSet, str, bool]] = []
-        for t, cpus, mems in work:
+        for t, cpus, mems, known in work:
             try:
-                self.writer.apply(t.cgroups_path, cpus, mems)
+                self.writer.apply(t.cgroups_path, cpus, mems, known)
                 done.append((t, cpus, mems, True))
             except CgroupError as exc:
                 log.info("cgroup write failed; the next reply carries the NRI update", container=t.key[1],

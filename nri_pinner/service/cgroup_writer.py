@@ -90,6 +90,7 @@ class CpusetWriter:
         self.counts = WriteCounts()
         self._dirs: dict[str, str] = {}  # cgroups path -> the container's cpuset directory
         self._texts: dict[CPUSet, str] = {}
+        self._parsed: dict[str, CPUSet] = {}  # cpuset.mems texts: a handful of distinct values
 
     @property
     def v1(self) -> bool:
@@ -112,30 +113,49 @@ class CpusetWriter:
             text = self._texts[cpus] = str(cpus)
         return text
 
-    def apply(self, cgroups_path: str, cpus: CPUSet, mems: str) -> None:
-        """Make the container's cgroup hold `cpus` / `mems` ("" = leave mems alone)."""
+    def apply(self, cgroups_path: str, cpus: CPUSet, mems: str,
+              known: tuple[CPUSet | None, str] | None = None) -> None:
+        """Make the container's cgroup hold `cpus` / `mems` ("" = leave mems alone).
+
+        `known` is what this writer last put there (the syncer's record): those files are not read
+        back, which halves the syscalls of a pool change. Drift behind our back is the repair
+        timer's business, and it calls without `known`.
+        """
         try:
             if not cgroups_path:
                 raise CgroupError("the runtime reported no cgroups path")
             top = self._dir(cgroups_path)
-            wanted_mems = CPUSet.parse(mems) if mems else None
-            self._apply(top, cpus, wanted_mems)
+            wanted_mems = self._mems(mems) if mems else None
+            known_cpus, known_mems = known if known is not None else (None, "")
+            self._apply(top, cpus, wanted_mems, known_cpus, self._mems(known_mems) if known_mems else None)
         except (CgroupError, CPUSetError) as exc:
             self.counts.failed += 1
             self._dirs.pop(cgroups_path, None)  # the layout may have changed (v1 <-> v2 test trees)
             raise CgroupError(str(exc)) from exc
         self.counts.containers += 1
 
-    def _apply(self, top: str, cpus: CPUSet, mems: CPUSet | None) -> None:
+    def _mems(self, text: str) -> CPUSet:
+        mems = self._parsed.get(text)
+        if mems is None:
+            if len(self._parsed) >= 256:
+                self._parsed.clear()
+            mems = self._parsed[text] = CPUSet.parse(text)
+        return mems
+
+    def _apply(self, top: str, cpus: CPUSet, mems: CPUSet | None, known_cpus: CPUSet | None,
+               known_mems: CPUSet | None) -> None:
         children: list[str] | None = None  # looked up once, only when something narrows
-        for name, value in ((CPUS, cpus), (MEMS, mems)):
+        for name, value, known in ((CPUS, cpus, known_cpus), (MEMS, mems, known_mems)):
             if value is None:
                 continue
             path = f"{top}/{name}"
-            text = _read_text(path)
-            if text == self._text(value):
-                continue
-            current = _parse(path, text)
+            if known is not None:
+                current = known
+            else:
+                text = _read_text(path)
+                if text == self._text(value):
+                    continue
+                current = _parse(path, text)
             if current == value:
                 continue
             if not value.issubset(current):  # widen first (through the union when CPUs also go)

@@ -28,7 +28,7 @@ from .cpuset_sync import cpu_update, reply_updates
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
 from .rebuild import checkpoint_entries, rebuild
-from .tracker import Tracked, Tracker
+from .tracker import Containers, Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -134,7 +134,7 @@ class PinnerPlugin:
         tr = self.tracker
         with tr.lock:
             result = rebuild(tr.engine, self._prior, pods, containers, self._read_cgroup)
-            tr.state, tr.containers = result.state, result.containers
+            tr.state, tr.containers = result.state, Containers(result.containers)
             self._seeded.clear()
             for message in result.repairs:
                 log.warning("state repaired", repair=message)
@@ -176,7 +176,7 @@ class PinnerPlugin:
                 state, decision = tr.engine.admit(tr.state, replace(request, qos=QoS.BEST_EFFORT))
                 outcome = "fail-open"
             tr.state = state
-            for old in [t for t in tr.containers.values() if t.key == (intent.pod_key, intent.container)]:
+            for old in [t for t in tr.containers.in_pod(intent.pod_key) if t.key[1] == intent.container]:
                 del tr.containers[old.container_id]  # a restarted container replaces the old record
             t = Tracked(intent.container_id, req.container.pod_sandbox_id, intent, req.container.linux.cgroups_path)
             tr.containers[t.container_id] = t
@@ -310,10 +310,11 @@ class PinnerPlugin:
     def remove_pod_sandbox(self, event: api.StateChangeEvent) -> None:
         tr = self.tracker
         with tr.lock:
-            for t in [t for t in tr.containers.values() if t.sandbox_id == event.pod.id]:
+            pod_key = event.pod.uid or event.pod.name
+            gone = [t for t in tr.containers.in_pod(pod_key) if t.sandbox_id == event.pod.id]
+            for t in gone:
                 del tr.containers[t.container_id]
                 tr.state = tr.engine.remove(tr.state, *t.key)
-            pod_key = event.pod.uid or event.pod.name
             for a in tr.state.pod_assignments(pod_key):
                 tr.state = tr.engine.remove(tr.state, a.pod, a.container)
             self._commit()
@@ -325,8 +326,8 @@ class PinnerPlugin:
         if creating_init:
             return
         tr = self.tracker
-        for t in tr.containers.values():
-            if t.key[0] == pod_key and t.intent.init and not t.intent.restartable and not t.stopped:
+        for t in tr.containers.in_pod(pod_key):
+            if t.intent.init and not t.intent.restartable and not t.stopped:
                 t.intent = replace(t.intent, restartable=True)
                 a = tr.assignment(t)
                 if a is not None:

@@ -38,6 +38,46 @@ class Tracked:
         return (self.intent.pod_key, self.intent.container)
 
 
+class Containers(dict[str, Tracked]):
+    """Container id -> Tracked, indexed by pod as well, so that per-event lookups (the pod's other
+    containers, a restarted container's old record) cost the same on an empty node and a full one."""
+
+    def __init__(self, items: dict[str, Tracked] | None = None) -> None:
+        super().__init__()
+        self.by_pod: dict[str, dict[str, Tracked]] = {}
+        for cid, t in (items or {}).items():
+            self[cid] = t
+
+    def __setitem__(self, cid: str, t: Tracked) -> None:
+        old = self.get(cid)
+        if old is not None:
+            self._unindex(cid, old)
+        super().__setitem__(cid, t)
+        self.by_pod.setdefault(t.key[0], {})[cid] = t
+
+    def __delitem__(self, cid: str) -> None:
+        t = self[cid]
+        super().__delitem__(cid)
+        self._unindex(cid, t)
+
+    def pop(self, cid: str, default: Tracked | None = None) -> Tracked | None:  # type: ignore[override]
+        t = self.get(cid)
+        if t is None:
+            return default
+        del self[cid]
+        return t
+
+    def in_pod(self, pod_key: str) -> list[Tracked]:
+        return list(self.by_pod.get(pod_key, {}).values())
+
+    def _unindex(self, cid: str, t: Tracked) -> None:
+        pod = self.by_pod.get(t.key[0])
+        if pod is not None:
+            pod.pop(cid, None)
+            if not pod:
+                del self.by_pod[t.key[0]]
+
+
 @dataclass(frozen=True)
 class View:
     """What inspection reads: the engine and state of one moment, and that moment's containers.
@@ -59,7 +99,7 @@ class View:
 class Tracker:
     engine: Engine
     state: EngineState
-    containers: dict[str, Tracked] = field(default_factory=dict)
+    containers: Containers = field(default_factory=Containers)
     decisions: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=64))
     lock: threading.RLock = field(default_factory=threading.RLock)
     generation: int = 0  # bumped after every change; a repair sent across a change is re-checked
@@ -92,7 +132,7 @@ class Tracker:
         return text
 
     def by_key(self, key: tuple[str, str]) -> Tracked | None:
-        for t in self.containers.values():
+        for t in self.containers.in_pod(key[0]):
             if t.key == key:
                 return t
         return None
