@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine.cpuset import CPUSet, CPUSetError
-from .cgroups import CgroupError, cpuset_dir
+from .cgroups import CgroupError, cpuset_dir, relative_cgroup_path
 
 CPUS, MEMS = "cpuset.cpus", "cpuset.mems"
 
@@ -89,6 +89,7 @@ class CpusetWriter:
         self.root = Path(cgroup_root)
         self.counts = WriteCounts()
         self._dirs: dict[str, str] = {}  # cgroups path -> the container's cpuset directory
+        self._base: str | None = None  # <root>/cpuset (v1, hybrid) or <root> (v2); forgotten on a failure
         self._texts: dict[CPUSet, str] = {}
         self._parsed: dict[str, CPUSet] = {}  # cpuset.mems texts: a handful of distinct values
 
@@ -102,7 +103,9 @@ class CpusetWriter:
         if d is None:
             if len(self._dirs) >= 65536:
                 self._dirs.clear()
-            d = self._dirs[cgroups_path] = str(cpuset_dir(self.root, cgroups_path))
+            if self._base is None:  # the same rule as cgroups.cpuset_dir, decided once
+                self._base = str(cpuset_dir(self.root, ""))
+            d = self._dirs[cgroups_path] = f"{self._base}/{relative_cgroup_path(cgroups_path).strip('/')}"
         return d
 
     def _text(self, cpus: CPUSet) -> str:
@@ -112,6 +115,13 @@ class CpusetWriter:
                 self._texts.clear()
             text = self._texts[cpus] = str(cpus)
         return text
+
+    def read(self, cgroups_path: str) -> tuple[CPUSet, str]:
+        """The container's cgroup cpuset.cpus and cpuset.mems (mems as "0,1" text)."""
+        top = self._dir(cgroups_path)
+        cpus = _parse(f"{top}/{CPUS}", _read_text(f"{top}/{CPUS}"))
+        mems = self._mems(_read_text(f"{top}/{MEMS}"))
+        return cpus, ",".join(map(str, mems))
 
     def apply(self, cgroups_path: str, cpus: CPUSet, mems: str,
               known: tuple[CPUSet | None, str] | None = None) -> None:
@@ -131,6 +141,7 @@ class CpusetWriter:
         except (CgroupError, CPUSetError) as exc:
             self.counts.failed += 1
             self._dirs.pop(cgroups_path, None)  # the layout may have changed (v1 <-> v2 test trees)
+            self._base = None
             raise CgroupError(str(exc)) from exc
         self.counts.containers += 1
 

@@ -22,7 +22,7 @@ from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
 from .cgroup_sync import CgroupSyncer
 from .cgroup_writer import CpusetWriter
-from .cgroups import CgroupError, read_cpuset
+from .cgroups import CgroupError
 from .checkpoint_writer import CheckpointWriter, Snapshot
 from .cpuset_sync import cpu_update, reply_updates
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
@@ -114,8 +114,8 @@ class PinnerPlugin:
         if self.writer is None:
             return None
         try:
-            return read_cpuset(self.writer.root, cgroups_path)
-        except CgroupError:
+            return self.writer.read(cgroups_path)
+        except (CgroupError, CPUSetError):
             return None
 
     def close(self) -> None:
