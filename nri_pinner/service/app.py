@@ -92,4 +92,6 @@ def run_from_config(path: str) -> int:
     log.info("starting", version=__version__, config=path, cpus=str(topology.online),
              numa_nodes=len(topology.numa_nodes), reserved=str(engine.policy.reserved),
              topology_policy=settings.topology_manager.policy)
+    # the wire loop must not wait 5 ms (the default) for the GIL while a writer thread runs
+    sys.setswitchinterval(0.0005)
     return asyncio.run(Service(settings, engine).run())

@@ -24,6 +24,7 @@ import structlog
 from ..engine.cpumanager.state import EngineState
 from ..engine.cpuset import CPUSet
 from . import checkpoint
+from .cgroup_sync import background_priority
 from .tracker import Tracked
 
 log = structlog.get_logger("nri_pinner.service")
@@ -86,6 +87,7 @@ class CheckpointWriter:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        background_priority()
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._pending is not None or self._closed)
