@@ -159,6 +159,7 @@ def main() -> None:
     args.shared = args.shared if args.shared is not None else ([] if args.sync else [50])
     if args.creates < 1 or any(n < 0 for n in args.shared + args.sync):
         parser.error("need --creates >= 1 and --shared, --sync >= 0")
+    sys.setswitchinterval(0.0005)  # as `nri-pinner run` sets it
     logging.disable(logging.WARNING)  # the stub's stdlib loggers
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     # tmpfs when there is one: an ext4 O_TRUNC write is journaled (~1 ms), a cgroup file write is not
