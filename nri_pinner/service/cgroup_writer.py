@@ -81,6 +81,21 @@ def _nested(top: str) -> list[str]:
     return out
 
 
+def unwritable(cgroup_root: str | Path) -> str:
+    """Why cpusets under `cgroup_root` cannot be written ("" = they can, or the tree is not there yet):
+    a read-only mount (systemd `ProtectControlGroups=yes`, a read-only volume) fails every write, so
+    the service then keeps every pool change in its replies instead."""
+    base = cpuset_dir(cgroup_root, "")
+    try:
+        if os.statvfs(base).f_flag & os.ST_RDONLY:
+            return f"{base} is mounted read-only"
+    except OSError:
+        return ""
+    if not os.access(base, os.W_OK):
+        return f"{base} is not writable by this process"
+    return ""
+
+
 class CpusetWriter:
     """Per event it costs, for each container whose cpuset changes, a read of the two files and
     one write each that differs: plain `os` calls on cached paths (see bench_cgroup_write.py)."""

@@ -21,7 +21,7 @@ from ..engine.cpuset import CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
 from .cgroup_sync import CgroupSyncer
-from .cgroup_writer import CpusetWriter
+from .cgroup_writer import CpusetWriter, unwritable
 from .cgroups import CgroupError
 from .checkpoint_writer import CheckpointWriter, Snapshot
 from .cpuset_sync import cpu_update, reply_updates
@@ -48,6 +48,10 @@ class PinnerPlugin:
         self._seeded: dict[str, tuple[str, str]] = {}  # checkpoint entries held without a Synchronize
         self.checkpoints = CheckpointWriter(settings.state.checkpoint)
         self.writer = CpusetWriter(settings.reconcile.cgroup_root) if settings.reconcile.cgroup_writes else None
+        why = unwritable(settings.reconcile.cgroup_root) if self.writer is not None else ""
+        if why:
+            log.warning("cgroup writes off: pool changes travel as NRI updates in the replies", reason=why)
+            self.writer = None
         self.syncer = CgroupSyncer(tracker, self.writer) if self.writer is not None else None
 
     # -- helpers (call with the tracker lock held) ----------------------------------------------

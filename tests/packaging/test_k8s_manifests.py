@@ -79,13 +79,12 @@ def test_mounts_cover_every_path_the_config_uses() -> None:
         m = mount_of(path)
         assert not m.read_only, f"{path} must be writable"
         assert m.host_path == host and posixpath.dirname(path) == m.container_path
-    # What it only reads: the host's sysfs and cgroupfs, read-only.
-    for path, host in (
-        (posixpath.join(s.sysfs_root, "sys/devices/system/cpu"), "/sys"),
-        (s.reconcile.cgroup_root, "/sys/fs/cgroup"),
-    ):
-        m = mount_of(path)
-        assert m.read_only and m.host_path == host
+    # cgroupfs: pool changes are written into containers' cgroups (reconcile.cgroup_writes)
+    cgroups = mount_of(s.reconcile.cgroup_root)
+    assert s.reconcile.cgroup_writes and not cgroups.read_only and cgroups.host_path == "/sys/fs/cgroup"
+    # What it only reads: the host's sysfs, read-only.
+    m = mount_of(posixpath.join(s.sysfs_root, "sys/devices/system/cpu"))
+    assert m.read_only and m.host_path == "/sys"
     config = mount_of(f"{CONFIG_MOUNT}/config.toml")
     assert config.host_path is None and config.read_only
     volume = next(v for v in pod_spec()["volumes"] if v["name"] == config.volume)

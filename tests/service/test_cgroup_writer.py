@@ -20,7 +20,7 @@ import pytest
 
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.service import cgroup_writer
-from nri_pinner.service.cgroup_writer import CpusetWriter
+from nri_pinner.service.cgroup_writer import CpusetWriter, unwritable
 from nri_pinner.service.cgroups import CgroupError
 
 UID, CID = "0f1e2d3c_4b5a", "c0ffee"
@@ -204,3 +204,17 @@ def test_real_v1_shrink_with_a_nested_cgroup(real_tree: Path) -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_read_only_cgroup_mount_turns_writes_off(tmp_path: Path) -> None:
+    assert unwritable(tmp_path / "absent") == ""  # not there yet: try, fall back per container
+    assert unwritable(tmp_path) == ""
+    if not _real_v1():
+        pytest.skip("needs root to mount")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(ro)], check=True)
+    try:
+        assert "read-only" in unwritable(ro)
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
