@@ -1,5 +1,7 @@
-"""NRI event handlers: every container gets its cpuset before it starts, and every shared
-container's pool change travels in the same reply, so an exclusive CPU is never shared.
+"""NRI event handlers: every container gets its cpuset before it starts; shared containers' pool
+changes are written into their cgroups by the syncer thread (NRI updates in the reply only for
+containers without a cgroup), and an exclusive container's StartContainer waits for those writes,
+so an exclusive CPU is never shared (README "Pool changes").
 
 Runs on the stub's handler thread. The stub cuts a handler off at its budget and answers with
 the matching `fallback_*` result (see `nri_pinner.nri.stub`).
