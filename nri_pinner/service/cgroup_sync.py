@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 
 import structlog
 
@@ -28,9 +27,6 @@ from .cgroups import CgroupError
 from .tracker import Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")
-
-
-SETTLE_SECONDS = 0.005
 
 
 def background_priority() -> None:
@@ -48,7 +44,6 @@ class CgroupSyncer:
         self._wanted = 0  # the newest generation a pass was asked for
         self._done = 0  # the generation the last finished pass started from
         self._closed = True
-        self._waiters = 0
         self._thread = threading.Thread()
 
     def kick(self, generation: int) -> None:
@@ -64,12 +59,7 @@ class CgroupSyncer:
     def wait(self, generation: int, timeout: float) -> bool:
         """Block until a pass that started at or after `generation` has finished; False on timeout."""
         with self._cond:
-            self._waiters += 1
-            self._cond.notify_all()  # a settling pass starts now
-            try:
-                return self._cond.wait_for(lambda: self._done >= generation, timeout)
-            finally:
-                self._waiters -= 1
+            return self._cond.wait_for(lambda: self._done >= generation, timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         with self._cond:
@@ -83,11 +73,6 @@ class CgroupSyncer:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._wanted > self._done or self._closed)
-                # settle: let the runtime finish the event that kicked us (its CPU, on a small node)
-                # and let a burst of events coalesce; a waiting StartContainer cuts it short
-                deadline = time.monotonic() + SETTLE_SECONDS
-                while not self._waiters and not self._closed and (left := deadline - time.monotonic()) > 0:
-                    self._cond.wait(left)
                 if self._closed:
                     return
             try:
