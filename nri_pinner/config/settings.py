@@ -88,6 +88,7 @@ class ReconcileSettings:
     period_seconds: float = 10.0  # 0 disables the timer
     cri_socket: str = "/run/containerd/containerd.sock"
     cgroup_root: str = "/sys/fs/cgroup"
+    cgroup_writes: bool = True  # pool changes written to cgroups directly; false = NRI updates only
 
 
 @dataclass(frozen=True)
@@ -328,6 +329,7 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
         period_seconds=r.get("period_seconds", float, rd.period_seconds, _non_negative),
         cri_socket=r.get("cri_socket", str, rd.cri_socket),
         cgroup_root=r.get("cgroup_root", str, rd.cgroup_root),
+        cgroup_writes=r.get("cgroup_writes", bool, rd.cgroup_writes),
     )
     r.done()
 

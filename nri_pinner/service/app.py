@@ -69,7 +69,7 @@ class Service:
             backoff_max=settings.nri.reconnect_max_seconds,
         )
         cri = CRIClient(settings.reconcile.cri_socket) if settings.reconcile.cri_socket else None
-        self.reconciler = Reconciler(settings, self.tracker, self.stub, self.metrics, cri)
+        self.reconciler = Reconciler(settings, self.tracker, self.stub, self.metrics, cri, self.plugin.writer)
         self.metrics.watch(self.stub, self.tracker)
         self.listener: Listener | None = None
 
@@ -89,6 +89,7 @@ class Service:
             await stop_task(reconcile)
             if self.listener is not None:
                 self.listener.stop()
+            await asyncio.to_thread(self.plugin.close)  # the last state reaches the disk
             await server.stop(0.5)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.settings.inspect.socket)
@@ -113,4 +114,6 @@ def run_from_config(path: str) -> int:
              topology_policy=settings.topology_manager.policy)
     for note in engine.notes:
         log.warning("configuration note", note=note)
+    # the wire loop must not wait 5 ms (the default) for the GIL while a writer thread runs
+    sys.setswitchinterval(0.0005)
     return asyncio.run(Service(settings, engine, nics=nics).run())

@@ -54,3 +54,14 @@ def read_cpus(cgroup_root: str | Path, cgroups_path: str) -> CPUSet:
         return CPUSet.parse(text)
     except CPUSetError as exc:
         raise CgroupError(f"{path}: {exc}") from exc
+
+
+def read_cpuset(cgroup_root: str | Path, cgroups_path: str) -> tuple[CPUSet, str]:
+    """The container's cgroup cpuset.cpus and cpuset.mems (normalised text), as the kernel holds them."""
+    cpus = read_cpus(cgroup_root, cgroups_path)
+    path = cpuset_dir(cgroup_root, cgroups_path) / "cpuset.mems"
+    try:
+        mems = CPUSet.parse(path.read_text())
+    except (OSError, CPUSetError) as exc:
+        raise CgroupError(f"cannot read {path}: {exc}") from exc
+    return cpus, ",".join(map(str, mems))

@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 
 from .. import __version__
+from ..engine.cpuset import CPUSet
 from ..engine.nicmanager.hints import nic_hints
 from ..nri.stub import Stub
 from .gen import inspect_pb2 as pb
@@ -22,29 +23,42 @@ SERVICE = "nri_pinner.inspect.v1.Inspect"
 
 def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int = 0,
                     nics: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    with tracker.lock:
-        engine, state = tracker.engine, tracker.state
-        topo = engine.topology
-        assignments = []
-        for t in sorted(tracker.containers.values(), key=lambda t: (t.intent.namespace, t.intent.pod_name, t.key)):
-            a = tracker.assignment(t)
-            cpus, mems = tracker.desired(t)
-            assignments.append({
-                "container_id": t.container_id, "namespace": t.intent.namespace, "pod": t.intent.pod_name,
-                "pod_uid": t.intent.pod_uid, "container": t.intent.container, "qos": t.intent.qos,
-                "exclusive": bool(a and a.exclusive), "cpus": str(cpus), "mems": mems,
-                "admitted": str(a.admitted) if a and a.exclusive else "", "init": t.intent.init,
-                "stopped": t.stopped, "intent_source": t.intent.source,
-                **({"hints": t.hints} if t.hints else {}),
-            })
-        pools = {
-            "shared": str(tracker.shared_pool), "reserved": str(engine.policy.reserved),
-            "isolated": str(topo.isolated), "exclusive": str(state.exclusive_cpus()),
-            "offline": str(topo.all_cpus - topo.online), "online": str(topo.online),
-        }
-        decisions = list(tracker.decisions)
+    """Built from the newest published view: no lock, so a status query never waits on a handler."""
+    view = tracker.view()
+    engine, state, shared = view.engine, view.state, view.shared_pool
+    topo = engine.topology
+    mems: dict[CPUSet, str] = {}
+    assignments = []
+    for t in sorted(view.containers.values(), key=lambda t: (t.intent.namespace, t.intent.pod_name, t.key)):
+        a = state.get(*t.key)
+        exclusive = a is not None and a.exclusive
+        cpus = a.current if a is not None and exclusive else shared
+        own = engine.memory_mems(state, *t.key)  # the Memory Manager's nodes win
+        if own is None and not exclusive and engine.mems == "all":
+            own = engine.all_mems
+        if own is not None:
+            mems_text = ",".join(map(str, own))
+        else:
+            if cpus not in mems:
+                mems[cpus] = ",".join(map(str, engine.mems_of(cpus)))
+            mems_text = mems[cpus]
+        assignments.append({
+            "container_id": t.container_id, "namespace": t.intent.namespace, "pod": t.intent.pod_name,
+            "pod_uid": t.intent.pod_uid, "container": t.intent.container, "qos": t.intent.qos,
+            "exclusive": exclusive, "cpus": str(cpus), "mems": mems_text,
+            "admitted": str(a.admitted) if a and a.exclusive else "", "init": t.intent.init,
+            "stopped": t.stopped, "intent_source": t.intent.source,
+            **({"hints": t.hints} if t.hints else {}),
+        })
+    pools = {
+        "shared": str(shared), "reserved": str(engine.policy.reserved),
+        "isolated": str(topo.isolated), "exclusive": str(state.exclusive_cpus()),
+        "offline": str(topo.all_cpus - topo.online), "online": str(topo.online),
+    }
+    decisions = list(view.decisions)
     health: dict[str, Any] = stub.status() if stub is not None else {"connected": False}
     health["reconcile_repairs"] = reconcile_repairs
+    health["state_generation"] = view.generation
     health["version"] = __version__
     doc: dict[str, Any] = {
         "assignments": assignments, "pools": pools, "topology": topo.to_json(), "decisions": decisions,

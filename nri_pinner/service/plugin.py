@@ -1,5 +1,7 @@
-"""NRI event handlers: every container gets its cpuset before it starts, and every shared
-container's pool change travels in the same reply, so an exclusive CPU is never shared.
+"""NRI event handlers: every container gets its cpuset before it starts; shared containers' pool
+changes are written into their cgroups by the syncer thread (NRI updates in the reply only for
+containers without a cgroup), and an exclusive container's StartContainer waits for those writes,
+so an exclusive CPU is never shared (README "Pool changes").
 
 Runs on the stub's handler thread. The stub cuts a handler off at its budget and answers with
 the matching `fallback_*` result (see `nri_pinner.nri.stub`).
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import structlog
@@ -20,35 +23,28 @@ from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
-from . import checkpoint
 from .alignment import Intake, memory_entries
+from .cgroup_sync import CgroupSyncer
+from .cgroup_writer import CpusetWriter, unwritable
+from .cgroups import CgroupError
+from .checkpoint_writer import CheckpointWriter, Snapshot
+from .cpuset_sync import cpu_update, reply_updates
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
 from .netns import NicLookup
 from .rebuild import checkpoint_entries, note_unreadable, rebuild, repin_waiting
-from .tracker import Tracked, Tracker
+from .tracker import Containers, Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")
+
+
+START_WAIT_SECONDS = 1.0  # inside the runtime's 2 s request budget, with margin
 
 
 class AdmissionRefused(Exception):
     """Fails the container create, as a kubelet admission failure would fail the pod."""
 
     refusal = True  # a decision, not a fault: the stub logs it at info
-
-
-def cpu_update(container_id: str, cpus: CPUSet | str, mems: str) -> api.ContainerUpdate:
-    u = api.ContainerUpdate(container_id=container_id)
-    u.linux.resources.cpu.cpus = str(cpus)
-    u.linux.resources.cpu.mems = mems
-    return u
-
-
-def neighbour_update(container_id: str, cpus: CPUSet | str, mems: str) -> api.ContainerUpdate:
-    """An update riding on another container's reply: containerd logs a failed one and goes on; say so."""
-    u = cpu_update(container_id, cpus, mems)
-    u.ignore_failure = True
-    return u
 
 
 class PinnerPlugin:
@@ -60,39 +56,30 @@ class PinnerPlugin:
         self._seeded: dict[str, tuple[str, str]] = {}  # checkpoint entries held without a Synchronize
         self._waiting: list[str] = []  # Guaranteed containers Synchronize left on the shared pool, oldest first
         self.intake = Intake(settings)  # device and memory requests for those providers
+        self.checkpoints = CheckpointWriter(settings.state.checkpoint)
+        self.writer = CpusetWriter(settings.reconcile.cgroup_root) if settings.reconcile.cgroup_writes else None
+        why = unwritable(settings.reconcile.cgroup_root) if self.writer is not None else ""
+        if why:
+            log.warning("cgroup writes off: pool changes travel as NRI updates in the replies", reason=why)
+            self.writer = None
+        self.syncer = CgroupSyncer(tracker, self.writer) if self.writer is not None else None
 
     # -- helpers (call with the tracker lock held) ----------------------------------------------
     def _pending_updates(self, exclude: str = "") -> list[api.ContainerUpdate]:
-        updates = []
-        texts: dict[CPUSet, str] = {}  # shared containers all get the same pool: format it once
-        for t in self.tracker.containers.values():
-            if t.stopped or t.container_id == exclude:
-                continue
-            cpus, mems = self.tracker.desired(t)
-            if t.applied_cpus != cpus or t.applied_mems != mems:
-                text = texts.get(cpus) or texts.setdefault(cpus, str(cpus))
-                updates.append(neighbour_update(t.container_id, text, mems))
-                t.applied_cpus, t.applied_mems = cpus, mems
-        return updates
+        return reply_updates(self.tracker, self.syncer is not None, exclude)
 
-    def _checkpoint_body(self) -> dict[str, Any]:
+    def _snapshot(self) -> Snapshot:
         tr = self.tracker
-        entries = []
-        for t in tr.containers.values():
-            a = tr.assignment(t)
-            if a is None:
-                continue
-            entries.append({"container_id": t.container_id, "sandbox_id": t.sandbox_id, **a.to_dict(),
-                            **memory_entries(tr.engine, tr.state, t.key)})
-        return {"policy": "static", "reserved": str(tr.engine.policy.reserved), "shared": str(tr.shared_pool),
-                "entries": entries}
+        return Snapshot(tr.state, dict(tr.containers), tr.engine.policy.reserved, tr.shared_pool,
+                        partial(memory_entries, tr.engine, tr.state))
 
     def _commit(self) -> None:
-        """Persist and publish after every change; a failed write is logged, never fatal."""
-        try:
-            checkpoint.write(self.settings.state.checkpoint, self._checkpoint_body())
-        except OSError as exc:
-            log.error("checkpoint write failed", path=self.settings.state.checkpoint, error=str(exc))
+        """After every change: publish a view, queue the checkpoint (written behind the reply)."""
+        view = self.tracker.publish()
+        if self.syncer is not None:
+            self.syncer.kick(view.generation)  # started containers' cgroups follow, off this reply
+        self.checkpoints.submit(Snapshot(view.state, view.containers, view.engine.policy.reserved, view.shared_pool,
+                                         partial(memory_entries, view.engine, view.state)))
         self.metrics.shared_pool_cpus.set(len(self.tracker.shared_pool))
         self.metrics.exclusive_cpus.set(len(self.tracker.state.exclusive_cpus()))
 
@@ -138,11 +125,26 @@ class PinnerPlugin:
         self.tracker.state = self.tracker.engine.remove(self.tracker.state, *key)
         return True
 
+    def _read_cgroup(self, cgroups_path: str) -> tuple[CPUSet, str] | None:
+        """What a container's cgroup holds (rebuild trusts it over the runtime's stale record)."""
+        if self.writer is None:
+            return None
+        try:
+            return self.writer.read(cgroups_path)
+        except (CgroupError, CPUSetError):
+            return None
+
+    def close(self) -> None:
+        """Stop the writer threads (after the last event): the checkpoint is flushed first."""
+        if self.syncer is not None:
+            self.syncer.close()
+        self.checkpoints.close()
+
     def on_close(self) -> None:
         with self.tracker.lock:
             self.tracker.forget_applied()
             # the next Synchronize rebuilds from the runtime; what we know now is the best hint
-            self._prior = checkpoint_entries(self._checkpoint_body())
+            self._prior = checkpoint_entries(self._snapshot().body())
 
     def synchronize(self, pods: list[api.PodSandbox], containers: list[api.Container]) -> list[api.ContainerUpdate]:
         if self.nics is not None:  # NICs of pods that ran before we connected (background, never waited for)
@@ -150,13 +152,15 @@ class PinnerPlugin:
                 self.nics.start(p)
         tr = self.tracker
         with tr.lock:
-            result = rebuild(tr.engine, self._prior, pods, containers)
-            tr.state, tr.containers = result.state, result.containers
+            result = rebuild(tr.engine, self._prior, pods, containers, self._read_cgroup)
+            tr.state, tr.containers = result.state, Containers(result.containers)
             self._seeded.clear()
             self._waiting = result.waiting
             note_unreadable(result, self.metrics)
             for message in result.repairs:
                 log.warning("state repaired", repair=message)
+            if self.syncer is not None:  # written here, so a failed write can still ride on this reply
+                self.syncer.run_pass()
             updates = self._pending_updates()
             self._commit()
         log.info("synchronized", pods=len(pods), containers=len(containers), repairs=len(result.repairs),
@@ -194,12 +198,13 @@ class PinnerPlugin:
                 log.info("admission rejected", pod=f"{intent.namespace}/{intent.pod_name}",
                             container=intent.container, reason=decision.reason, message=decision.message)
                 if self.settings.nri.on_reject == "fail":
+                    tr.publish()  # the decision log shows the rejection
                     raise AdmissionRefused(f"nri-pinner: {decision.reason}: {decision.message}")
                 self.metrics.fail_open.labels("rejected").inc()
                 state, decision = tr.engine.admit(tr.state, replace(request, qos=QoS.BEST_EFFORT))
                 outcome = "fail-open"
             tr.state = state
-            for old in [t for t in tr.containers.values() if t.key == (intent.pod_key, intent.container)]:
+            for old in [t for t in tr.containers.in_pod(intent.pod_key) if t.key[1] == intent.container]:
                 del tr.containers[old.container_id]  # a restarted container replaces the old record
             t = Tracked(intent.container_id, req.container.pod_sandbox_id, intent, req.container.linux.cgroups_path)
             tr.containers[t.container_id] = t
@@ -251,29 +256,55 @@ class PinnerPlugin:
             self._commit()
 
     def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
+        """Answer every update of a tracked container with its current cpuset.
+
+        containerd merges a CRI update into its stored spec, which still holds the cpuset from the
+        create (our cgroup writes never reach it), and hands all of it to runc: without our answer a
+        kubelet resize would put a shared container back on CPUs that are exclusive now.
+        Rule (README "Our updates and the kubelet's"): cpus set, shares and quota unset (0) = a
+        cpuset-only update: ours when it asks for the desired set, anyone else's is undone; shares or
+        quota set = a kubelet resize (its cpuset, if any, is the stale or kubelet-side one: replaced).
+        """
         cpu = req.linux_resources.cpu
-        # containerd relays a CRI update with shares/quota/period present but 0 when CRI left them unset
         cpuset_only = bool(cpu.cpus) and not cpu.shares.value and not cpu.quota.value
         tr = self.tracker
         with tr.lock:
             t = tr.containers.get(req.container.id)
+            if t is None or t.stopped:
+                return api.UpdateContainerResponse(update=self._pending_updates())
+            desired, mems = tr.desired(t)
+            try:
+                asked: CPUSet | None = CPUSet.parse(cpu.cpus) if cpu.cpus else None
+            except CPUSetError:
+                asked = None
+            if cpuset_only and asked != desired:
+                log.warning("cpuset changed through CRI by someone else; restoring", container=t.key[1],
+                            asked=cpu.cpus, desired=str(desired))
+            elif not cpuset_only:
+                self._note_resize(t, req.linux_resources)
+            t.applied_cpus, t.applied_mems = desired, mems
+            updates = [cpu_update(t.container_id, desired, mems), *self._pending_updates(exclude=t.container_id)]
+            return api.UpdateContainerResponse(update=updates)
+
+    def start_container(self, event: api.StateChangeEvent) -> None:
+        """An exclusive container starts only once no started container's cgroup holds its CPUs."""
+        tr = self.tracker
+        with tr.lock:
+            t = tr.containers.get(event.container.id)
             if t is None:
-                return api.UpdateContainerResponse(update=self._pending_updates())
-            desired, _ = tr.desired(t)
-            if cpuset_only:
-                try:
-                    asked = CPUSet.parse(cpu.cpus)
-                except CPUSetError:
-                    asked = None
-                if asked == desired:
-                    t.applied_cpus = desired  # our own CRI repair coming back through NRI
-                else:
-                    log.warning("cpuset changed through CRI by someone else; restoring", container=t.key[1],
-                                asked=cpu.cpus, desired=str(desired))
-                    t.applied_cpus = None
-                return api.UpdateContainerResponse(update=self._pending_updates())
-            self._note_resize(t, req.linux_resources)
-            return api.UpdateContainerResponse(update=self._pending_updates())
+                return
+            t.started = True
+            a = tr.assignment(t)
+            generation = tr.generation
+            exclusive = a is not None and a.exclusive
+            if self.syncer is not None and (exclusive or (t.applied_cpus, t.applied_mems) != tr.desired(t)):
+                self.syncer.kick(generation)
+        if self.syncer is None or not exclusive:
+            return
+        if not self.syncer.wait(generation, START_WAIT_SECONDS):
+            self.metrics.late_replies.labels("StartContainer").inc()
+            log.warning("shared cgroups not yet written when an exclusive container starts", container=t.key[1],
+                        waited_s=START_WAIT_SECONDS)
 
     def stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
         tr = self.tracker
@@ -315,10 +346,11 @@ class PinnerPlugin:
             self.nics.forget(event.pod.id)
         tr = self.tracker
         with tr.lock:
-            for t in [t for t in tr.containers.values() if t.sandbox_id == event.pod.id]:
+            pod_key = event.pod.uid or event.pod.name
+            gone = [t for t in tr.containers.in_pod(pod_key) if t.sandbox_id == event.pod.id]
+            for t in gone:
                 del tr.containers[t.container_id]
                 tr.state = tr.engine.remove(tr.state, *t.key)
-            pod_key = event.pod.uid or event.pod.name
             for a in tr.state.pod_assignments(pod_key):
                 tr.state = tr.engine.remove(tr.state, a.pod, a.container)
             self._repin_waiting()
@@ -336,8 +368,8 @@ class PinnerPlugin:
         if creating_init:
             return
         tr = self.tracker
-        for t in tr.containers.values():
-            if t.key[0] == pod_key and t.intent.init and not t.intent.restartable and not t.stopped:
+        for t in tr.containers.in_pod(pod_key):
+            if t.intent.init and not t.intent.restartable and not t.stopped:
                 t.intent = replace(t.intent, restartable=True)
                 a = tr.assignment(t)
                 if a is not None:

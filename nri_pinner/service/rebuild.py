@@ -7,7 +7,7 @@ repaired and reported, never a reason to refuse to start.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,6 +27,7 @@ from .tracker import Tracked, Tracker
 log = structlog.get_logger("nri_pinner.service")
 
 PriorEntries = Mapping[str, Mapping[str, Any]]  # container id -> checkpoint entry
+CgroupReader = Callable[[str], tuple[CPUSet, str] | None]  # cgroups path -> (cpus, mems), None = unreadable
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def note_unreadable(result: Rebuilt, metrics: Metrics) -> None:
 
 
 def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
-            containers: Sequence[api.Container]) -> Rebuilt:
+            containers: Sequence[api.Container], cgroup: CgroupReader | None = None) -> Rebuilt:
     pods_by_id = {p.id: p for p in pods}
     active = [c for c in containers
               if c.state != api.CONTAINER_STOPPED and c.pod_sandbox_id in pods_by_id]
@@ -102,8 +103,9 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
         pod = pods_by_id[c.pod_sandbox_id]
         who = f"{pod.namespace}/{pod.name}/{c.name}"
         intent = _intent(pod, c, out.unreadable)
-        actual = _cpus(c.linux.resources.cpu.cpus)
+        actual, mems = CPUSet(), c.linux.resources.cpu.mems
         try:
+            actual, mems = _current_cpuset(c, cgroup)
             guaranteed = intent.qos == GUARANTEED
             n = guaranteed_cpus(QoS.GUARANTEED, intent.request_milli, intent.limit_milli) if guaranteed else 0
             entry = prior.get(c.id)
@@ -119,7 +121,8 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             placed, _ = engine.admit(state, AdmissionRequest(intent.pod_key, intent.container, QoS.BEST_EFFORT))
         state = placed
         tracked[c.id] = Tracked(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,
-                                applied_cpus=actual or None, applied_mems=c.linux.resources.cpu.mems)
+                                started=c.state == api.CONTAINER_RUNNING,
+                                applied_cpus=actual or None, applied_mems=mems)
     created = {c.id: (c.created_at or 0) for c in active}  # v0.10+ runtimes only; else the order above
     out.waiting.sort(key=lambda cid: created[cid])
     for cid in prior:
@@ -139,6 +142,20 @@ def _exclusive(state: EngineState, intent: ContainerIntent) -> bool:
 
 def intent_key(intent: ContainerIntent) -> tuple[str, str]:
     return (intent.pod_key, intent.container)
+
+
+def _current_cpuset(c: api.Container, cgroup: CgroupReader | None) -> tuple[CPUSet, str]:
+    """Stale-cpuset rule (issue 19): a running container's cgroup holds its real cpuset.
+
+    Pool changes are written into cgroups directly, so containerd's record (what Synchronize
+    reports) still holds the cpuset of the container's create. The cgroup wins when it can be
+    read; the runtime's record only for containers without one (created, not started yet: their
+    record is current, our fallback updates reach it).
+    """
+    held = cgroup(c.linux.cgroups_path) if cgroup is not None and c.linux.cgroups_path else None
+    if held is not None:
+        return held
+    return _cpus(c.linux.resources.cpu.cpus), c.linux.resources.cpu.mems
 
 
 def _place(engine: Engine, state: EngineState, intent: ContainerIntent, n: int, actual: CPUSet,

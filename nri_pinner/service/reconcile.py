@@ -26,10 +26,11 @@ from ..engine.cpuset import CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..engine.topology.sysfs import discover
 from ..nri.stub import Stub
+from .cgroup_writer import CpusetWriter
 from .cgroups import CgroupError, read_cpus
+from .cpuset_sync import cpu_update
 from .cri_client import CRIClient
 from .metrics import Metrics
-from .plugin import cpu_update
 from .tracker import Tracker
 
 log = structlog.get_logger("nri_pinner.reconcile")
@@ -46,11 +47,12 @@ class Drift:
 
 class Reconciler:
     def __init__(self, settings: Settings, tracker: Tracker, stub: Stub | None, metrics: Metrics,
-                 cri: CRIClient | None) -> None:
+                 cri: CRIClient | None, writer: CpusetWriter | None = None) -> None:
         self.settings, self.tracker, self.stub, self.metrics, self.cri = settings, tracker, stub, metrics, cri
         self._online_path = Path(settings.sysfs_root) / "sys/devices/system/cpu/online"
         self._online = tracker.engine.topology.online
         self.repairs = 0
+        self.writer = writer
 
     async def run(self) -> None:
         period = self.settings.reconcile.period_seconds
@@ -98,16 +100,46 @@ class Reconciler:
             return await self._repair(d)
         except Exception as exc:
             log.warning("repair failed; repairing in the next event reply", container=d.name, error=repr(exc))
-            return self._next_reply(d)
+            return await self._next_reply(d)
 
-    def _next_reply(self, d: Drift) -> str:
+    def _current(self, d: Drift) -> Drift | None:
+        """The drift as it stands now (call with the lock): events since `find_drift` may have
+        changed the desired set (a Guaranteed create shrinks the pool) or removed the container."""
+        t = self.tracker.containers.get(d.container_id)
+        if t is None or t.stopped:
+            return None
+        desired, mems = self.tracker.desired(t)
+        return replace(d, desired=desired, mems=mems)
+
+    def _write(self, d: Drift) -> tuple[Drift | None, bool]:
+        """Repair in the cgroup under the lock, so no event can change the desired set meanwhile."""
+        writer = self.writer
         with self.tracker.lock:
-            t = self.tracker.containers.get(d.container_id)
-            if t is not None:
-                t.applied_cpus = None
-        return "next-reply"
+            now = self._current(d)
+            if now is None or writer is None:
+                return now, False
+            t = self.tracker.containers[d.container_id]
+            try:
+                writer.apply(t.cgroups_path, now.desired, now.mems)
+            except CgroupError as exc:
+                log.info("cgroup repair failed; using the runtime", container=d.name, error=str(exc))
+                return now, False
+            t.applied_cpus, t.applied_mems = now.desired, now.mems
+            return now, True
 
     async def _repair(self, d: Drift) -> str:
+        now, written = await asyncio.to_thread(self._write, d)
+        if now is None:
+            return "gone"
+        if written:
+            return "cgroup"
+        generation = self.tracker.generation
+        path = await self._send(now)
+        if self.tracker.generation != generation:  # an event changed state while the repair was in flight
+            await asyncio.to_thread(self._forget, d.container_id)
+        return path
+
+    async def _send(self, d: Drift) -> str:
         if self.stub is not None and self.stub.supports_safe_unsolicited_updates:
             failed = await self.stub.update_containers([cpu_update(d.container_id, d.desired, d.mems)])
             if not failed:
@@ -119,7 +151,18 @@ class Reconciler:
             except grpc.aio.AioRpcError as exc:
                 log.warning("CRI repair failed; repairing in the next event reply", container=d.name,
                             code=str(exc.code()), details=exc.details())
-        return self._next_reply(d)
+        return await self._next_reply(d)
+
+    async def _next_reply(self, d: Drift) -> str:
+        await asyncio.to_thread(self._forget, d.container_id)
+        return "next-reply"
+
+    def _forget(self, container_id: str) -> None:
+        """The runtime may hold a stale cpuset for this container: the next pass or reply resends it."""
+        with self.tracker.lock:
+            t = self.tracker.containers.get(container_id)
+            if t is not None:
+                t.applied_cpus = None
 
     async def _check_online_cpus(self) -> None:
         """CPU hotplug without a drain: rebuild the engine for the new online set and repair."""
@@ -137,7 +180,7 @@ class Reconciler:
             log.warning("reserved CPUs are offline", offline=str(reserved - topology.online))
             settings = replace(settings, cpu_manager=replace(settings.cpu_manager,
                                                              reserved_cpus=reserved & topology.online))
-        self.apply_topology_change(Engine.from_settings(settings, topology))
+        await asyncio.to_thread(self.apply_topology_change, Engine.from_settings(settings, topology))
         self._online = online
 
     def apply_topology_change(self, engine: Engine) -> None:
@@ -163,6 +206,7 @@ class Reconciler:
                     state = readmitted
                     messages.append(f"{t.intent.pod_name}/{t.key[1]}: pinned again on CPUs {decision.cpus}")
             tr.engine, tr.state = engine, state
+            tr.publish()
             log.warning("online CPUs changed", before=str(before), after=str(engine.topology.online),
                         shared=str(tr.shared_pool))
             for m in messages:

@@ -1,7 +1,9 @@
 """The service's view of containers: engine state plus what each runtime container was last told.
 
-All mutation happens under one lock: NRI handlers run on the stub's handler thread, the
-reconcile timer and the inspection server on the main loop.
+One owner: every change happens under `lock`, on the stub's handler thread (NRI events) or on a
+worker thread of the reconcile timer — never on the asyncio loop that carries the wire, so the
+loop never waits for a handler. After each change the owner `publish()`es an immutable `View`;
+inspection reads the newest view without any lock.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class Tracked:
     intent: ContainerIntent
     cgroups_path: str = ""
     stopped: bool = False
+    started: bool = False  # StartContainer seen (or running at Synchronize): it has a cgroup to write
+    fallback: bool = False  # a cgroup write failed: the next reply carries the NRI update
     applied_cpus: CPUSet | None = None  # what the runtime was last told; None = unknown, resend
     applied_mems: str = ""
     hints: dict[str, Any] = field(default_factory=dict)  # merged hint + each provider's, from admission
@@ -35,13 +39,72 @@ class Tracked:
         return (self.intent.pod_key, self.intent.container)
 
 
+class Containers(dict[str, Tracked]):
+    """Container id -> Tracked, indexed by pod as well, so that per-event lookups (the pod's other
+    containers, a restarted container's old record) cost the same on an empty node and a full one."""
+
+    def __init__(self, items: dict[str, Tracked] | None = None) -> None:
+        super().__init__()
+        self.by_pod: dict[str, dict[str, Tracked]] = {}
+        for cid, t in (items or {}).items():
+            self[cid] = t
+
+    def __setitem__(self, cid: str, t: Tracked) -> None:
+        old = self.get(cid)
+        if old is not None:
+            self._unindex(cid, old)
+        super().__setitem__(cid, t)
+        self.by_pod.setdefault(t.key[0], {})[cid] = t
+
+    def __delitem__(self, cid: str) -> None:
+        t = self[cid]
+        super().__delitem__(cid)
+        self._unindex(cid, t)
+
+    def pop(self, cid: str, default: Tracked | None = None) -> Tracked | None:  # type: ignore[override]
+        t = self.get(cid)
+        if t is None:
+            return default
+        del self[cid]
+        return t
+
+    def in_pod(self, pod_key: str) -> list[Tracked]:
+        return list(self.by_pod.get(pod_key, {}).values())
+
+    def _unindex(self, cid: str, t: Tracked) -> None:
+        pod = self.by_pod.get(t.key[0])
+        if pod is not None:
+            pod.pop(cid, None)
+            if not pod:
+                del self.by_pod[t.key[0]]
+
+
+@dataclass(frozen=True)
+class View:
+    """What inspection reads: the engine and state of one moment, and that moment's containers.
+    The `Tracked` records are shared; the fields a view reads (ids, intent, stopped) are only
+    ever replaced whole, so a reader sees either the old or the new value."""
+
+    engine: Engine
+    state: EngineState
+    containers: dict[str, Tracked]
+    decisions: tuple[dict[str, Any], ...]
+    generation: int
+
+    @property
+    def shared_pool(self) -> CPUSet:
+        return self.engine.policy.shared_pool(self.state) or self.engine.policy.reserved
+
+
 @dataclass
 class Tracker:
     engine: Engine
     state: EngineState
-    containers: dict[str, Tracked] = field(default_factory=dict)
+    containers: Containers = field(default_factory=Containers)
     decisions: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=64))
     lock: threading.RLock = field(default_factory=threading.RLock)
+    generation: int = 0  # bumped after every change; a repair sent across a change is re-checked
+    published: View | None = None  # the newest view (None before the first publish)
     # cpuset.mems text per (engine, cpus): every shared container asks for the same pool's
     _mems: dict[tuple[Engine, CPUSet], str] = field(default_factory=dict, repr=False)
 
@@ -76,7 +139,7 @@ class Tracker:
         return text
 
     def by_key(self, key: tuple[str, str]) -> Tracked | None:
-        for t in self.containers.values():
+        for t in self.containers.in_pod(key[0]):
             if t.key == key:
                 return t
         return None
@@ -88,6 +151,21 @@ class Tracker:
         t = self.containers.get(intent.container_id)
         if t is not None and decision.admitted and decision.provider_hints:
             t.hints = {"merged": entry["hint"], **decision.explain()}
+
+    def publish(self) -> View:
+        """Call with the lock held, after a change: bump the generation and publish a view."""
+        self.generation += 1
+        view = self.published = View(self.engine, self.state, dict(self.containers), tuple(self.decisions),
+                                     self.generation)
+        return view
+
+    def view(self) -> View:
+        """The newest published view (lock-free; publishes one first if none exists yet)."""
+        view = self.published
+        if view is None:
+            with self.lock:
+                view = self.publish()
+        return view
 
     def forget_applied(self) -> None:
         """After a reply the runtime may not have applied: resend everything on the next one."""

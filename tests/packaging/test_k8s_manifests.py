@@ -149,8 +149,8 @@ def test_sockets_are_mounted_read_only_and_only_owned_paths_are_writable() -> No
     for path, host in ((s.state.checkpoint, "/var/lib/nri-pinner"), (s.inspect.socket, "/run/nri-pinner")):
         m = mount_of(path)
         assert not m.read_only and m.host_path == host and posixpath.dirname(path) == m.container_path
-    cgroup = mount_of(s.reconcile.cgroup_root)
-    assert cgroup.host_path == "/sys/fs/cgroup" and not cgroup.read_only
+    cgroup = mount_of(s.reconcile.cgroup_root)  # pool changes written into containers' cgroups
+    assert s.reconcile.cgroup_writes and cgroup.host_path == "/sys/fs/cgroup" and not cgroup.read_only
     sysfs = mount_of(posixpath.join(s.sysfs_root, "sys/devices/system/cpu"))
     assert sysfs.read_only and sysfs.host_path == "/sys"
     assert {m.host_path for m in all_mounts if not m.read_only} == {

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from svc_harness import close_services
 
 
 @pytest.fixture
@@ -15,4 +16,5 @@ def workdir() -> Iterator[Path]:
     """A short directory under /tmp: unix socket paths are limited to 107 bytes."""
     directory = tempfile.mkdtemp(prefix="svc-", dir="/tmp")
     yield Path(directory)
+    close_services()  # checkpoint writers finish before their directory goes
     shutil.rmtree(directory, ignore_errors=True)

@@ -9,8 +9,10 @@ and the kubelet's container annotation `io.kubernetes.container.type`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
+import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +85,21 @@ def mems_for(topology: Topology, cpus: CPUSet) -> str:
     return ",".join(str(n) for n in topology.numa_nodes if topology.numa_cpus[n] & cpus)
 
 
+_SERVICES: weakref.WeakValueDictionary[str, Service] = weakref.WeakValueDictionary()
+
+
+def close_services() -> None:
+    """Stop the checkpoint writer of every service the harness made (test teardown)."""
+    for svc in list(_SERVICES.values()):
+        svc.plugin.close()
+    _SERVICES.clear()
+
+
 def checkpoint_entries(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The checkpoint file, once the service writing it has written everything it was given."""
+    svc = _SERVICES.get(settings.state.checkpoint)
+    if svc is not None:
+        assert svc.plugin.checkpoints.flush(), "checkpoint writer stuck"
     loaded = checkpoint.read(settings.state.checkpoint)
     assert loaded.body is not None, loaded.problem
     return {e["container_id"]: e for e in loaded.body["entries"]}
@@ -117,9 +133,11 @@ def make_settings(workdir: Path, *, sysfs: Path = DUAL_SOCKET, options: Mapping[
     return from_mapping(data, "<test>")
 
 
-def new_service(settings: Settings) -> Service:
-    engine = Engine.from_settings(settings, discover(settings.sysfs_root))
-    return Service(settings, engine, env={})
+def new_service(settings: Settings, engine: Engine | None = None) -> Service:
+    """A service the harness knows (``checkpoint_entries`` flushes its writer first)."""
+    engine = engine or Engine.from_settings(settings, discover(settings.sysfs_root))
+    svc = _SERVICES[settings.state.checkpoint] = Service(settings, engine, env={})
+    return svc
 
 
 def copy_sysfs(src: Path, dest: Path) -> Path:
@@ -149,9 +167,12 @@ async def running(settings: Settings, profile: RuntimeProfile = CONTAINERD_1_7_2
     svc = svc or new_service(settings)
     async with FakeRuntime(profile, **runtime_options) as runtime:
         await runtime.listen(settings.nri.socket)
-        async with running_stub(svc.stub):
-            conn = await runtime.wait_ready()
-            yield Running(svc, runtime, conn)
+        try:
+            async with running_stub(svc.stub):
+                conn = await runtime.wait_ready()
+                yield Running(svc, runtime, conn)
+        finally:
+            await asyncio.to_thread(svc.plugin.close)  # as Service.run does on its way out
 
 
 # ------------------------------------------------------------------------------------------- cgroups

@@ -15,7 +15,17 @@ from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
-from svc_harness import DUAL_SOCKET, checkpoint_entries, container, copy_sysfs, create, make_settings, pod, running
+from svc_harness import (
+    DUAL_SOCKET,
+    checkpoint_entries,
+    container,
+    copy_sysfs,
+    create,
+    make_settings,
+    new_service,
+    pod,
+    running,
+)
 
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.cpuset import CPUSet
@@ -58,7 +68,7 @@ def settings_for(workdir: Path, sysfs: Path, policy: str = "single-numa-node") -
 
 def service(settings: Any) -> Service:
     topo = discover(settings.sysfs_root)
-    return Service(settings, Engine.from_settings(settings, topo, memory=memory_policy(settings, topo)), env={})
+    return new_service(settings, Engine.from_settings(settings, topo, memory=memory_policy(settings, topo)))
 
 
 def with_gpu(c: api.Container, minor: int, *, memory: int = 0, cdi: str = "") -> api.Container:

@@ -1,5 +1,8 @@
 """Drift repair by the reconcile timer, on each path the runtime's NRI version allows, and CPU
-hotplug on a fake sysfs tree. The cgroup tree is a fake cgroup-v1 root in tmp."""
+hotplug on a fake sysfs tree. The cgroup tree is a fake cgroup-v1 root in tmp.
+
+Most tests here turn direct cgroup writes off (`NO_WRITES`) to exercise the runtime paths a
+repair takes when a cgroup cannot be written; tests/service/test_cgroup_pool.py covers writes."""
 
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from nri_pinner.service.gen import cri_repair_pb2 as cri
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, NRI_V0_12_1, RuntimeProfile
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
+NO_WRITES = {"cgroup_writes": False}
 B, G = container(BPOD, "app", 100), container(GPOD, "app", 2000, 2000)
 
 
@@ -55,7 +59,7 @@ async def start_two_containers(r: Running, cgroup_root: Path) -> CPUSet:
 
 @pytest.mark.parametrize("profile", [CONTAINERD_1_7_24, CONTAINERD_2_1_9], ids=lambda p: p.label)
 async def test_without_cri_the_repair_rides_on_the_next_reply(workdir: Path, profile: RuntimeProfile) -> None:
-    settings = make_settings(workdir)
+    settings = make_settings(workdir, reconcile=NO_WRITES)
     cgroups = Path(settings.reconcile.cgroup_root)
     async with running(settings, profile, forbid_unsolicited_updates=True) as r:
         exclusive = await start_two_containers(r, cgroups)
@@ -113,7 +117,7 @@ def nri_update_from_cri(request: cri.UpdateContainerResourcesRequest) -> api.Upd
 
 @pytest.fixture
 async def cri_runtime(workdir: Path) -> AsyncIterator[tuple[Settings, Running, FakeCRI]]:
-    settings = make_settings(workdir, reconcile={"cri_socket": str(workdir / "cri.sock")})
+    settings = make_settings(workdir, reconcile={"cri_socket": str(workdir / "cri.sock"), **NO_WRITES})
     async with running(settings, CONTAINERD_1_7_24, forbid_unsolicited_updates=True) as r:
 
         async def relay(request: cri.UpdateContainerResourcesRequest) -> api.UpdateContainerResponse:
@@ -144,8 +148,9 @@ async def test_with_cri_the_repair_uses_update_container_resources(
     assert request.container_id == G.id
     assert {f.name for f, _ in request.linux.ListFields()} == {"cpuset_cpus", "cpuset_mems"}  # nothing else
     assert (request.linux.cpuset_cpus, request.linux.cpuset_mems) == (str(exclusive), mems_for(r.topology, exclusive))
-    # the NRI UpdateContainer that CRI call caused is recognised as our own repair
-    assert [list(reply.update) for reply in fake.nri_replies] == [[]]
+    # the NRI UpdateContainer that CRI call caused is answered with the container's current cpuset
+    assert [cpuset_updates(reply.update) for reply in fake.nri_replies] == [
+        {G.id: (str(exclusive), mems_for(r.topology, exclusive))}]
     assert r.conn.updates == [] and r.conn.forbidden_updates == []
     assert repairs(r, "cri") == 1
 
@@ -167,7 +172,7 @@ async def test_someone_elses_cpuset_only_cri_update_is_undone(cri_runtime: tuple
 
 
 async def test_nri_v0_12_1_repairs_with_update_containers(workdir: Path) -> None:
-    settings = make_settings(workdir)
+    settings = make_settings(workdir, reconcile=NO_WRITES)
     cgroups = Path(settings.reconcile.cgroup_root)
     async with running(settings, NRI_V0_12_1) as r:
         exclusive = await start_two_containers(r, cgroups)
@@ -227,7 +232,7 @@ async def test_cpu_hotplug_shrinks_and_regrows_pools_and_exclusive_sets(workdir:
 
 
 async def test_failed_update_containers_falls_back_to_the_next_reply(workdir: Path) -> None:
-    settings = make_settings(workdir)
+    settings = make_settings(workdir, reconcile=NO_WRITES)
     cgroups = Path(settings.reconcile.cgroup_root)
     async with running(settings, NRI_V0_12_1, failing_update_ids=[G.id]) as r:
         exclusive = await start_two_containers(r, cgroups)

@@ -30,7 +30,7 @@ def node(topo_online: CPUSet) -> tuple[list[api.Container], api.Container, api.C
 @pytest.mark.parametrize("profile", PROFILES)
 async def test_waiting_guaranteed_container_is_pinned_oldest_first_when_cpus_free_up(
         workdir: Path, profile: RuntimeProfile) -> None:
-    settings = make_settings(workdir)
+    settings = make_settings(workdir, reconcile={"cgroup_writes": False})  # the runtime path: updates in replies
     online = CPUSet.parse("0-11")
     ctrs, big, young, old = node(online)
     async with running(settings, profile, pods=[BIG, FILLER, WAIT], containers=ctrs) as r:
@@ -53,7 +53,7 @@ async def test_waiting_guaranteed_container_is_pinned_oldest_first_when_cpus_fre
 
 
 async def test_waiting_container_is_pinned_when_a_pod_is_removed(workdir: Path) -> None:
-    settings = make_settings(workdir)
+    settings = make_settings(workdir, reconcile={"cgroup_writes": False})  # the runtime path: updates in replies
     ctrs, _big, young, old = node(CPUSet.parse("0-11"))
     async with running(settings, CONTAINERD_2_1_9, pods=[BIG, FILLER, WAIT], containers=ctrs) as r:
         await r.conn.state_change(api.REMOVE_POD_SANDBOX, BIG)

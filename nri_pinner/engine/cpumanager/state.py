@@ -86,17 +86,23 @@ class EngineState:
     reusable: Mapping[str, CPUSet] = field(default_factory=dict)
     # Other resource managers' state by name ("memory"): objects with ``to_json()`` or plain JSON.
     providers: Mapping[str, Any] = field(default_factory=dict)
+    # union of exclusive CPUs, carried from state to state (None = not known yet, computed on demand)
+    exclusive_mask: int | None = field(default=None, compare=False, repr=False, kw_only=True)
 
     # -- queries -------------------------------------------------------------------------------
     def get(self, pod: str, container: str) -> Assignment | None:
         return self.assignments.get((pod, container))
 
     def exclusive_cpus(self) -> CPUSet:
-        """Union of every exclusive container's current CPUs."""
-        mask = 0
-        for a in self.assignments.values():
-            if a.exclusive:
-                mask |= a.current.mask
+        """Union of every exclusive container's current CPUs (kept incrementally by `with_changes`,
+        so an admission does not scan every assignment on the node)."""
+        mask = self.exclusive_mask
+        if mask is None:
+            mask = 0
+            for a in self.assignments.values():
+                if a.exclusive:
+                    mask |= a.current.mask
+            object.__setattr__(self, "exclusive_mask", mask)
         return CPUSet.from_mask(mask)
 
     def pod_assignments(self, pod: str) -> list[Assignment]:
@@ -112,20 +118,27 @@ class EngineState:
         reusable: Mapping[str, CPUSet] | None = None,
     ) -> EngineState:
         assignments = dict(self.assignments)
-        if drop is not None:
-            assignments.pop(drop, None)
+        mask = self.exclusive_mask
+        for gone in (assignments.pop(drop, None) if drop is not None else None,
+                     assignments.get(put.key) if put is not None else None):
+            if gone is not None and gone.exclusive:
+                mask = None  # its CPUs may be another's too (never by design): recount on demand
         if put is not None:
             assignments[put.key] = put
+            if mask is not None and put.exclusive:
+                mask |= put.current.mask
         return EngineState(
             default_set=self.default_set if default_set is None else default_set,
             assignments=assignments,
             reusable=dict(self.reusable if reusable is None else reusable),
             providers=self.providers,
+            exclusive_mask=mask,
         )
 
     def with_provider(self, name: str, value: Any) -> EngineState:
         """A copy with one resource manager's state replaced (CPU state shared, it is immutable)."""
-        return EngineState(self.default_set, self.assignments, self.reusable, {**self.providers, name: value})
+        return EngineState(self.default_set, self.assignments, self.reusable, {**self.providers, name: value},
+                           exclusive_mask=self.exclusive_mask)
 
     # -- serialisation ---------------------------------------------------------------------------
     def hold(self, a: Assignment) -> EngineState:

@@ -1,0 +1,192 @@
+"""What a Guaranteed container costs on a real containerd as the number of shared containers grows.
+
+For each runtime (private instance, tests/e2e/harness.py; needs root and scripts/install-runtimes.sh)
+and each N in --shared: N Burstable containers run (in pods of up to 10), then three conditions
+rotate in blocks within one run — nri-pinner, no plugin, and the minimal example plugin
+`examples/pin_fixed` (pins every container to all CPUs, no pool logic) — so machine drift falls on all.
+One sample, one new Guaranteed pod (1 CPU; its sandbox is not timed):
+- CRI CreateContainer, StartContainer and StopContainer (timeout 0) of its container, each timed;
+- a Burstable CreateContainer issued --during ms after the Guaranteed create began (both in flight:
+  the runtime serializes NRI events, so this is what any other pod on the node waits).
+
+Prints per N and condition the medians, and per N the added median (nri-pinner − none, nri-pinner −
+pin_fixed) with 95% bootstrap intervals. On this 2-CPU VM only CPU 1 can be exclusive.
+
+    .venv/bin/python benchmarks/bench_e2e_pool.py [--runtime 1.7|2.1|both] [--shared 0 10 30 60 100]
+        [--samples 24] [--block 4] [--during 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the e2e harness lives in tests/e2e
+
+from tests.e2e import kubelet_model as km  # noqa: E402
+from tests.e2e.conftest import e2e_base_dir  # noqa: E402
+from tests.e2e.harness import PodHandle, PrivateContainerd, claim_workdir  # noqa: E402
+from tests.e2e.pin_plugin import PIN_MODULE, online_cpus, plugin_argv  # noqa: E402
+from tests.e2e.pinner import Pinner, start_pinner  # noqa: E402
+from tests.e2e.plugins import PluginProcess  # noqa: E402
+from tests.e2e.pods import WORKLOAD, resources_for  # noqa: E402
+from tests.e2e.procfs import memory_capacity_bytes  # noqa: E402
+
+CONDITIONS = ("nri-pinner", "none", "pin_fixed")
+METRICS = ("create", "start", "stop", "burstable-during")
+BOOTSTRAP_ROUNDS = 2000
+
+
+@dataclass
+class Samples:
+    values: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METRICS})
+
+
+def create_in(runtime: PrivateContainerd, pod: PodHandle, name: str) -> str:
+    res = resources_for(pod.qos.value, *pod_cpu(pod), None, None)
+    (pod.log_directory / name).mkdir(exist_ok=True)
+    cid = runtime.cri.create_container(
+        pod.sandbox_id, pod.sandbox_config, name=name, image="e2e.local/busybox:1", command=WORKLOAD,
+        resources=km.container_linux_resources(res, pod.qos, memory_capacity_bytes()),
+        labels=km.container_labels(pod.name, pod.namespace, pod.uid, name),
+        annotations=km.container_annotations(name, init=False), log_path=f"{name}/0.log")
+    pod.containers[name] = cid
+    return cid
+
+
+def pod_cpu(pod: PodHandle) -> tuple[int, int]:
+    return (1000, 1000) if pod.qos.value == "guaranteed" else (250, 500)
+
+
+class Bench:
+    def __init__(self, runtime: PrivateContainerd, state_dir: Path, during_s: float) -> None:
+        self.runtime, self.state_dir, self.during_s = runtime, state_dir, during_s
+        self.pinner: Pinner | None = None
+        self.fixed: PluginProcess | None = None
+
+    def condition(self, name: str) -> None:
+        if self.pinner is not None and name != "nri-pinner":
+            self.pinner.stop()
+            self.pinner = None
+        if self.fixed is not None and name != "pin_fixed":
+            self.fixed.stop()
+            self.runtime.plugins.remove(self.fixed)
+            self.fixed = None
+        if name == "nri-pinner" and self.pinner is None:
+            (self.state_dir / "inspect.sock").unlink(missing_ok=True)
+            self.pinner = start_pinner(self.runtime, self.state_dir, test_settings=False,
+                                       cpu_manager={"reserved_cpus": "0"})
+        if name == "pin_fixed" and self.fixed is None:
+            cpus = ",".join(map(str, online_cpus()))
+            self.fixed = self.runtime.start_plugin(
+                plugin_argv(PIN_MODULE, "--socket", str(self.runtime.nri_socket), "--cpus", cpus), name="50-pin-fixed")
+
+    def sample(self, out: Samples) -> None:
+        rt = self.runtime
+        gpod = rt.run_pod("guaranteed", 1000, 1000, containers=0)
+        bpod = rt.run_pod("burstable", 250, 500, containers=0)
+        during: list[float] = []
+
+        def other() -> None:
+            time.sleep(self.during_s)
+            began = time.perf_counter()
+            create_in(rt, bpod, "b0")
+            during.append(time.perf_counter() - began)
+
+        side = threading.Thread(target=other)
+        began = time.perf_counter()
+        side.start()
+        cid = create_in(rt, gpod, "c0")
+        created = time.perf_counter()
+        side.join()
+        rt.cri.start_container(cid)
+        started = time.perf_counter()
+        rt.cri.stop_container(cid, timeout_s=0)
+        stopped = time.perf_counter()
+        out.values["create"].append(created - began)
+        out.values["start"].append(started - created)
+        out.values["stop"].append(stopped - started)
+        out.values["burstable-during"].append(during[0])
+        rt.remove_pod(gpod, stop_timeout_s=0)
+        rt.remove_pod(bpod, stop_timeout_s=0)
+
+    def run(self, samples: int, block: int) -> dict[str, Samples]:
+        out = {c: Samples() for c in CONDITIONS}
+        order = list(CONDITIONS)
+        while min(len(s.values["create"]) for s in out.values()) < samples:
+            for name in order:
+                self.condition(name)
+                for _ in range(min(block, samples - len(out[name].values["create"]))):
+                    self.sample(out[name])
+            order.reverse()  # ABC CBA ABC ...: drift falls on every condition alike
+        self.condition("off")
+        return out
+
+
+def interval(a: list[float], b: list[float], rng: random.Random) -> tuple[float, float]:
+    diffs = sorted(statistics.median(rng.choices(a, k=len(a))) - statistics.median(rng.choices(b, k=len(b)))
+                   for _ in range(BOOTSTRAP_ROUNDS))
+    return diffs[int(0.025 * BOOTSTRAP_ROUNDS)] * 1000, diffs[int(0.975 * BOOTSTRAP_ROUNDS) - 1] * 1000
+
+
+def report(n: int, out: dict[str, Samples], rng: random.Random) -> None:
+    print(f"  N = {n} shared containers, {len(out['none'].values['create'])} samples per condition "
+          f"(median ms: {' / '.join(CONDITIONS)})")
+    for m in METRICS:
+        meds = [statistics.median(out[c].values[m]) * 1000 for c in CONDITIONS]
+        pinner, none, fixed = (out[c].values[m] for c in CONDITIONS)
+        lo, hi = interval(pinner, none, rng)
+        flo, fhi = interval(pinner, fixed, rng)
+        print(f"    {m:17} {meds[0]:7.1f} / {meds[1]:7.1f} / {meds[2]:7.1f}   added vs none {meds[0] - meds[1]:+6.1f} "
+              f"[{lo:+.1f} .. {hi:+.1f}]   vs pin_fixed {meds[0] - meds[2]:+6.1f} [{flo:+.1f} .. {fhi:+.1f}]")
+
+
+def bench_runtime(key: str, shared: list[int], samples: int, block: int, during_s: float) -> None:
+    workdir, lock = claim_workdir(e2e_base_dir() / f"bench-pool-{key}")
+    runtime = PrivateContainerd(key, workdir)
+    state_dir = workdir / "pinner"
+    state_dir.mkdir(exist_ok=True)
+    bench = Bench(runtime, state_dir, during_s)
+    rng = random.Random(19)
+    running = 0
+    try:
+        runtime.start()
+        print(f"containerd {runtime.version} ({key}): Guaranteed create/start/stop and a Burstable create "
+              f"{during_s * 1000:.0f} ms into it; conditions rotate in blocks of {block}")
+        for _ in range(2):  # warm-up: the first creates unpack the image
+            bench.sample(Samples())
+        for n in sorted(shared):
+            while running < n:
+                k = min(10, n - running)
+                runtime.run_pod("burstable", 250, 500, containers=k)
+                running += k
+            report(n, bench.run(samples, block), rng)
+    finally:
+        bench.condition("off")
+        runtime.stop()
+        lock.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runtime", choices=["1.7", "2.1", "both"], default="both")
+    parser.add_argument("--shared", type=int, nargs="+", default=[0, 10, 30, 60, 100])
+    parser.add_argument("--samples", type=int, default=24)
+    parser.add_argument("--block", type=int, default=4)
+    parser.add_argument("--during", type=float, default=5.0, help="ms after the Guaranteed create began")
+    args = parser.parse_args()
+    if args.samples < 2 or args.block < 1 or min(args.shared) < 0:
+        parser.error("need --samples >= 2, --block >= 1, --shared >= 0")
+    for key in ("1.7", "2.1") if args.runtime == "both" else (args.runtime,):
+        bench_runtime(key, args.shared, args.samples, args.block, args.during / 1000)
+
+
+if __name__ == "__main__":
+    main()

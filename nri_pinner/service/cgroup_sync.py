@@ -1,0 +1,112 @@
+"""Started containers' cpusets, written into their cgroups by one thread, off every reply.
+
+The deadline that matters is not the CreateContainer reply but the new container's start: until
+StartContainer returns, containerd has not started its process, so no shared container can run
+beside it on its CPUs before then. So a handler only marks what changed and kicks this thread,
+and the StartContainer handler waits (`wait`) until a pass that began after the create finished.
+The writes run while containerd creates the new container's task (runc create, tens of ms), so the
+wait is usually over before it starts, and no reply's cost grows with the number of containers.
+
+Containers that have not started have no cgroup: their update goes in the reply (NRI), which
+containerd applies to the spec runc will use. A started container whose write fails is left with
+`applied_cpus = None`: the next event's reply carries the NRI update for it (counted in
+`CpusetWriter.counts.failed`), and the repair timer checks it against its cgroup meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+import structlog
+
+from ..engine.cpuset import CPUSet
+from .cgroup_writer import CpusetWriter
+from .cgroups import CgroupError
+from .tracker import Tracked, Tracker
+
+log = structlog.get_logger("nri_pinner.service")
+
+
+def background_priority() -> None:
+    """Run this thread at nice 10: on a busy node the runtime's own work for the event (runc, the
+    shim) goes first; the writes still finish long before the new container's start."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # Linux: per-thread nice by tid
+
+
+class CgroupSyncer:
+    def __init__(self, tracker: Tracker, writer: CpusetWriter) -> None:
+        self.tracker, self.writer = tracker, writer
+        self.passes = 0
+        self._cond = threading.Condition()
+        self._wanted = 0  # the newest generation a pass was asked for
+        self._done = 0  # the generation the last finished pass started from
+        self._closed = True
+        self._thread = threading.Thread()
+
+    def kick(self, generation: int) -> None:
+        """Ask for a pass that sees at least `generation` (cheap; call from a handler)."""
+        with self._cond:
+            self._wanted = max(self._wanted, generation)
+            if self._closed:
+                self._closed = False
+                self._thread = threading.Thread(target=self._run, name="cgroup-sync", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def wait(self, generation: int, timeout: float) -> bool:
+        """Block until a pass that started at or after `generation` has finished; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._done >= generation, timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        background_priority()
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._wanted > self._done or self._closed)
+                if self._closed:
+                    return
+            try:
+                generation = self.run_pass()
+            except Exception as exc:  # the thread must survive anything one pass meets
+                log.error("cgroup sync pass failed", error=repr(exc))
+                with self.tracker.lock:
+                    generation = self.tracker.generation
+            with self._cond:
+                self._done = max(self._done, generation)
+                self._cond.notify_all()
+
+    def run_pass(self) -> int:
+        """Write every started container whose cgroup lags; returns the generation it started from."""
+        tr = self.tracker
+        with tr.lock:
+            generation = tr.generation
+            work = [(t, *tr.desired(t), (t.applied_cpus, t.applied_mems) if t.applied_cpus is not None else None)
+                    for t in tr.containers.values()
+                    if t.started and not t.stopped and (t.applied_cpus, t.applied_mems) != tr.desired(t)]
+        done: list[tuple[Tracked, CPUSet, str, bool]] = []
+        for t, cpus, mems, known in work:
+            try:
+                self.writer.apply(t.cgroups_path, cpus, mems, known)
+                done.append((t, cpus, mems, True))
+            except CgroupError as exc:
+                log.info("cgroup write failed; the next reply carries the NRI update", container=t.key[1],
+                         error=str(exc))
+                done.append((t, cpus, mems, False))
+        with tr.lock:
+            for t, cpus, mems, ok in done:
+                if not ok:
+                    t.applied_cpus, t.fallback = None, True
+                elif tr.desired(t) == (cpus, mems):  # else a newer pass (already kicked) writes the newer set
+                    t.applied_cpus, t.applied_mems = cpus, mems
+        self.passes += 1
+        return generation

@@ -1,0 +1,202 @@
+"""Write a running container's cpuset straight into its cgroup, before the NRI reply.
+
+Why: containerd applies every `ContainerUpdate` of a reply with its own `runc update` (~13 ms),
+one after another, holding its NRI lock; a pool change that touches N shared containers then
+costs N × 13 ms for every event on the node. A `cpuset.cpus` write costs microseconds.
+
+Rules (README "Pool changes"):
+- cgroup v1: only the container's cpuset cgroup is written (the kubelet's pod cgroups keep every
+  CPU). Nested cpuset cgroups a process in the container made must stay a subset of their parent
+  (the kernel answers EBUSY otherwise, as it does to runc), so a shrink narrows them first, deepest
+  first; a widen leaves them as their owner set them. A change that both adds and removes CPUs
+  goes through the union, so no write ever asks for a set the kernel refuses.
+- cgroup v2: children never constrain their parent; only the container's cgroup is written.
+- cpuset.mems follows the same order, after cpuset.cpus is widened and before it is narrowed:
+  both orders are legal, the kernel checks each file on its own.
+Any failure raises `CgroupError`; the caller then sends the NRI update for that container.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..engine.cpuset import CPUSet, CPUSetError
+from .cgroups import CgroupError, cpuset_dir, relative_cgroup_path
+
+CPUS, MEMS = "cpuset.cpus", "cpuset.mems"
+
+
+@dataclass
+class WriteCounts:
+    """What the writer did since start (exported in the status document and metrics)."""
+
+    containers: int = 0  # containers whose cgroup was written
+    writes: int = 0  # individual cpuset file writes
+    nested: int = 0  # containers that had nested cpuset cgroups (narrowed first)
+    failed: int = 0  # containers left to the NRI update
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode().strip()
+    except OSError as exc:
+        raise CgroupError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _parse(path: str, text: str) -> CPUSet:
+    try:
+        return CPUSet.parse(text)
+    except CPUSetError as exc:
+        raise CgroupError(f"{path}: {exc}") from exc
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)  # O_TRUNC: cgroupfs ignores it, plain test files need it
+    except OSError as exc:
+        raise CgroupError(f"cannot open {path}: {exc.strerror or exc}") from exc
+    try:
+        os.write(fd, (text or "\n").encode())  # an empty set is written as a newline
+    except OSError as exc:
+        raise CgroupError(f"cannot write {text} to {path}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def _nested(top: str) -> list[str]:
+    """Every cgroup below `top`, parents before children (breadth first)."""
+    out: list[str] = []
+    queue = [top]
+    while queue:
+        d = queue.pop(0)
+        try:
+            entries = [e.path for e in os.scandir(d) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        out.extend(entries)
+        queue.extend(entries)
+    return out
+
+
+def unwritable(cgroup_root: str | Path) -> str:
+    """Why cpusets under `cgroup_root` cannot be written ("" = they can, or the tree is not there yet):
+    a read-only mount (systemd `ProtectControlGroups=yes`, a read-only volume) fails every write, so
+    the service then keeps every pool change in its replies instead."""
+    base = cpuset_dir(cgroup_root, "")
+    try:
+        if os.statvfs(base).f_flag & os.ST_RDONLY:
+            return f"{base} is mounted read-only"
+    except OSError:
+        return ""
+    if not os.access(base, os.W_OK):
+        return f"{base} is not writable by this process"
+    return ""
+
+
+class CpusetWriter:
+    """Per event it costs, for each container whose cpuset changes, a read of the two files and
+    one write each that differs: plain `os` calls on cached paths (see bench_cgroup_write.py)."""
+
+    def __init__(self, cgroup_root: str | Path) -> None:
+        self.root = Path(cgroup_root)
+        self.counts = WriteCounts()
+        self._dirs: dict[str, str] = {}  # cgroups path -> the container's cpuset directory
+        self._base: str | None = None  # <root>/cpuset (v1, hybrid) or <root> (v2); forgotten on a failure
+        self._texts: dict[CPUSet, str] = {}
+        self._parsed: dict[str, CPUSet] = {}  # cpuset.mems texts: a handful of distinct values
+
+    @property
+    def v1(self) -> bool:
+        """A cpuset hierarchy of its own (v1 or hybrid), as `cgroups.cpuset_dir` decides."""
+        return (self.root / "cpuset").is_dir()
+
+    def _dir(self, cgroups_path: str) -> str:
+        d = self._dirs.get(cgroups_path)
+        if d is None:
+            if len(self._dirs) >= 65536:
+                self._dirs.clear()
+            if self._base is None:  # the same rule as cgroups.cpuset_dir, decided once
+                self._base = str(cpuset_dir(self.root, ""))
+            d = self._dirs[cgroups_path] = f"{self._base}/{relative_cgroup_path(cgroups_path).strip('/')}"
+        return d
+
+    def _text(self, cpus: CPUSet) -> str:
+        text = self._texts.get(cpus)
+        if text is None:
+            if len(self._texts) >= 256:
+                self._texts.clear()
+            text = self._texts[cpus] = str(cpus)
+        return text
+
+    def read(self, cgroups_path: str) -> tuple[CPUSet, str]:
+        """The container's cgroup cpuset.cpus and cpuset.mems (mems as "0,1" text)."""
+        top = self._dir(cgroups_path)
+        cpus = _parse(f"{top}/{CPUS}", _read_text(f"{top}/{CPUS}"))
+        mems = self._mems(_read_text(f"{top}/{MEMS}"))
+        return cpus, ",".join(map(str, mems))
+
+    def apply(self, cgroups_path: str, cpus: CPUSet, mems: str,
+              known: tuple[CPUSet | None, str] | None = None) -> None:
+        """Make the container's cgroup hold `cpus` / `mems` ("" = leave mems alone).
+
+        `known` is what this writer last put there (the syncer's record): those files are not read
+        back, which halves the syscalls of a pool change. Drift behind our back is the repair
+        timer's business, and it calls without `known`.
+        """
+        try:
+            if not cgroups_path:
+                raise CgroupError("the runtime reported no cgroups path")
+            top = self._dir(cgroups_path)
+            wanted_mems = self._mems(mems) if mems else None
+            known_cpus, known_mems = known if known is not None else (None, "")
+            self._apply(top, cpus, wanted_mems, known_cpus, self._mems(known_mems) if known_mems else None)
+        except (CgroupError, CPUSetError) as exc:
+            self.counts.failed += 1
+            self._dirs.pop(cgroups_path, None)  # the layout may have changed (v1 <-> v2 test trees)
+            self._base = None
+            raise CgroupError(str(exc)) from exc
+        self.counts.containers += 1
+
+    def _mems(self, text: str) -> CPUSet:
+        mems = self._parsed.get(text)
+        if mems is None:
+            if len(self._parsed) >= 256:
+                self._parsed.clear()
+            mems = self._parsed[text] = CPUSet.parse(text)
+        return mems
+
+    def _apply(self, top: str, cpus: CPUSet, mems: CPUSet | None, known_cpus: CPUSet | None,
+               known_mems: CPUSet | None) -> None:
+        children: list[str] | None = None  # looked up once, only when something narrows
+        for name, value, known in ((CPUS, cpus, known_cpus), (MEMS, mems, known_mems)):
+            if value is None:
+                continue
+            path = f"{top}/{name}"
+            if known is not None:
+                current = known
+            else:
+                text = _read_text(path)
+                if text == self._text(value):
+                    continue
+                current = _parse(path, text)
+            if current == value:
+                continue
+            if not value.issubset(current):  # widen first (through the union when CPUs also go)
+                self._put(path, current | value)
+            if not current.issubset(value):  # then narrow: nested cgroups deepest first, the container last
+                if children is None:
+                    children = _nested(top) if self.v1 else []
+                    self.counts.nested += bool(children)
+                for child in reversed(children):
+                    child_path = f"{child}/{name}"
+                    have = _parse(child_path, _read_text(child_path))
+                    if not have.issubset(value):
+                        self._put(child_path, (have & value) or value)
+                self._put(path, value)
+
+    def _put(self, path: str, value: CPUSet) -> None:
+        _write(path, self._text(value))
+        self.counts.writes += 1

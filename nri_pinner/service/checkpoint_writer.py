@@ -1,0 +1,115 @@
+"""Checkpoint write-behind: replies never wait for the disk.
+
+Handlers hand over an immutable snapshot (`submit`, microseconds); one writer thread turns the
+newest snapshot into the checkpoint body and writes it with `checkpoint.write` (temp file, fsync,
+rename, directory fsync). Snapshots that arrive while a write is in flight are coalesced: only
+the newest is written next. A body equal to the last one written is not written again.
+
+Crash guarantee (README "Checkpoint"): the file always holds a complete checkpoint of some
+earlier moment — never a torn one — at most one write behind the state replies were based on.
+That is enough because the checkpoint is a hint: Synchronize rebuilds state from the runtime and
+the cgroups, and a container admitted after the last write is adopted from its cpuset there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from ..engine.cpumanager.state import EngineState
+from ..engine.cpuset import CPUSet
+from . import checkpoint
+from .cgroup_sync import background_priority
+from .tracker import Tracked
+
+log = structlog.get_logger("nri_pinner.service")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the body is built from. `containers` is a copy of the tracker's dict: its `Tracked`
+    records are shared, but the fields read here (ids, the intent's key) never change."""
+
+    state: EngineState
+    containers: Mapping[str, Tracked]
+    reserved: CPUSet
+    shared: CPUSet
+    extra: Callable[[tuple[str, str]], dict[str, Any]] | None = None  # more per entry (memory blocks)
+
+    def body(self) -> dict[str, Any]:
+        entries = []
+        for cid, t in self.containers.items():
+            a = self.state.get(*t.key)
+            if a is not None:
+                more = self.extra(t.key) if self.extra is not None else {}
+                entries.append({"container_id": cid, "sandbox_id": t.sandbox_id, **a.to_dict(), **more})
+        return {"policy": "static", "reserved": str(self.reserved), "shared": str(self.shared), "entries": entries}
+
+
+class CheckpointWriter:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.written = 0  # files written
+        self.skipped = 0  # snapshots whose body equalled the last one written
+        self.failed = 0
+        self._cond = threading.Condition()
+        self._pending: Snapshot | None = None
+        self._submitted = self._done = 0  # sequence numbers: flush() waits for done >= submitted
+        self._last: dict[str, Any] | None = None
+        self._closed = True
+        self._thread = threading.Thread()
+
+    def submit(self, snapshot: Snapshot) -> None:
+        with self._cond:
+            self._pending = snapshot
+            self._submitted += 1
+            if self._closed:  # first use, or used again after close(): (re)start the thread
+                self._closed = False
+                self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything submitted so far is on disk (or skipped); False on timeout."""
+        with self._cond:
+            target = self._submitted
+            return self._cond.wait_for(lambda: self._done >= target, timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        background_priority()
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending is not None or self._closed)
+                if self._pending is None:
+                    return
+                snapshot, seq, self._pending = self._pending, self._submitted, None
+            self._write(snapshot)
+            with self._cond:
+                self._done = seq
+                self._cond.notify_all()
+
+    def _write(self, snapshot: Snapshot) -> None:
+        try:
+            body = snapshot.body()
+            if body == self._last:
+                self.skipped += 1
+                return
+            checkpoint.write(self.path, body)
+            self._last = body
+            self.written += 1
+        except Exception as exc:  # the writer thread must survive any one write
+            self.failed += 1
+            log.error("checkpoint write failed", path=str(self.path), error=str(exc))

@@ -1,0 +1,199 @@
+"""Pool changes written into cgroups (README "Pool changes"), through the real stub and the fake
+runtime, on a cgroup-v1 tree (cgroupfs driver layout) this test builds in tmp.
+
+Each test checks both halves: what the cgroup files hold when the new exclusive container's
+StartContainer returns, and which `ContainerUpdate`s replies still carry (only containers without
+a writable cgroup)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+from svc_harness import container, cpuset_updates, create, make_settings, mems_for, pod, running
+
+from nri_pinner.engine.cpuset import CPUSet
+from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.service import cgroup_writer
+
+BPOD, GPOD = pod("burst", "burstable"), pod("gold")
+B, LATE = container(BPOD, "app", 100), container(BPOD, "late", 100)
+G, G2 = container(GPOD, "app", 2000, 2000), container(GPOD, "two", 2000, 2000)
+
+
+def cgroup_dir(root: Path, c: api.Container) -> Path:
+    return root / "cpuset" / c.linux.cgroups_path.strip("/")
+
+
+def start(root: Path, c: api.Container, cpus: str, mems: str) -> None:
+    """What runc does at start: the container's cgroup with the cpuset it was created with
+    (the pod cgroups above it keep every CPU, as the kubelet's cgroupfs driver leaves them)."""
+    d = cgroup_dir(root, c)
+    d.mkdir(parents=True)
+    (d / "cpuset.cpus").write_text(cpus + "\n")
+    (d / "cpuset.mems").write_text(mems + "\n")
+
+
+def held(root: Path, c: api.Container) -> tuple[CPUSet, str]:
+    d = cgroup_dir(root, c)
+    return CPUSet.parse((d / "cpuset.cpus").read_text()), (d / "cpuset.mems").read_text().strip()
+
+
+def resize(c: api.Container, p: api.PodSandbox, shares: int, cpus: str) -> api.UpdateContainerRequest:
+    """A kubelet resize as containerd relays it: its merged spec, which keeps the create's cpuset."""
+    req = api.UpdateContainerRequest(pod=p, container=c)
+    req.linux_resources.cpu.shares.value = shares
+    req.linux_resources.cpu.cpus = cpus
+    return req
+
+
+async def test_a_guaranteed_create_shrinks_started_containers_in_their_cgroups(workdir: Path) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        reply = await r.conn.create_container(create(BPOD, B))
+        assert reply is not None
+        start(root, B, reply.adjust.linux.resources.cpu.cpus, reply.adjust.linux.resources.cpu.mems)
+
+        await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+        await r.conn.create_container(create(BPOD, LATE))  # created, not started: no cgroup yet
+
+        reply = await r.conn.create_container(create(GPOD, G))
+        assert reply is not None
+        exclusive = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        pool = online - exclusive
+        # only LATE (no cgroup) needs the runtime; B's cgroup is written by the time G starts
+        assert cpuset_updates(reply.update) == {LATE.id: (str(pool), mems_for(r.topology, pool))}
+        await r.conn.state_change(api.START_CONTAINER, GPOD, G)
+        assert held(root, B) == (pool, mems_for(r.topology, pool))
+        syncer, writer = r.svc.plugin.syncer, r.svc.plugin.writer
+        assert syncer is not None and writer is not None and writer.counts.containers == 1
+
+        stopped = await r.conn.stop_container(api.StopContainerRequest(pod=GPOD, container=G))
+        assert stopped is not None and cpuset_updates(stopped.update) == {LATE.id: (str(online), "0,1")}
+        assert await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        assert held(root, B) == (online, "0,1")  # widened again, after the stop's reply
+
+
+async def test_every_update_is_answered_with_the_current_cpuset(workdir: Path) -> None:
+    """The rule that tells our cpuset-only updates from a kubelet resize (README), both directions."""
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await r.conn.create_container(create(BPOD, B))
+        start(root, B, str(online), "0,1")
+        await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+        reply = await r.conn.create_container(create(GPOD, G))
+        assert reply is not None
+        pool = online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        current = {B.id: (str(pool), mems_for(r.topology, pool))}
+
+        # kubelet resize: shares set; containerd's stored spec still has the create's cpuset;
+        # a cpuset-only update asking for what we want (our own CRI repair coming back);
+        # a cpuset-only update from someone else (undone): all three get the current cpuset back
+        for shares, asked in ((512, online), (0, pool), (0, online)):
+            answer = await r.conn.update_container(resize(B, BPOD, shares, str(asked)))
+            assert answer is not None and cpuset_updates(answer.update) == current
+        # (the runtime applies what the replies carry; this fake runtime has no runc to do it)
+
+
+async def test_synchronize_trusts_the_cgroup_over_the_runtimes_stale_record(workdir: Path) -> None:
+    settings = make_settings(workdir, reconcile={"cgroup_writes": True})
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await r.conn.create_container(create(BPOD, B))
+        start(root, B, str(online), "0,1")
+        await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+        reply = await r.conn.create_container(create(GPOD, G))
+        assert reply is not None
+        exclusive = reply.adjust.linux.resources.cpu.cpus
+        start(root, G, exclusive, mems_for(r.topology, CPUSet.parse(exclusive)))
+        await r.conn.state_change(api.START_CONTAINER, GPOD, G)
+    pool = online - CPUSet.parse(exclusive)
+    # the runtime restarts the plugin; its record of B is the create's cpuset (every CPU)
+    stale_b = container(BPOD, "app", 100, cpus=str(online), mems="0,1")
+    g = container(GPOD, "app", 2000, 2000, cpus=exclusive, mems=mems_for(r.topology, CPUSet.parse(exclusive)))
+    async with running(settings, pods=[BPOD, GPOD], containers=[stale_b, g]) as r2:
+        assert r2.conn.sync_updates == []  # the cgroups already hold the truth: nothing to send
+        writer = r2.svc.plugin.writer
+        assert writer is not None and writer.counts.writes == 0
+        assert held(root, B) == (pool, mems_for(r2.topology, pool))
+
+
+async def test_synchronize_writes_a_drifted_cgroup_instead_of_sending(workdir: Path) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        reply = await r.conn.create_container(create(GPOD, G))
+        assert reply is not None
+        exclusive = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+    start(root, B, str(online), "0,1")  # B really runs on every CPU
+    start(root, G, str(exclusive), mems_for(r.topology, exclusive))
+    pool = online - exclusive
+    b = container(BPOD, "app", 100, cpus=str(pool), mems=mems_for(r.topology, pool))  # not what runs
+    g = container(GPOD, "app", 2000, 2000, cpus=str(exclusive))
+    async with running(settings, pods=[BPOD, GPOD], containers=[b, g]) as r2:
+        assert r2.conn.sync_updates == []
+        assert held(root, B)[0] == online - exclusive
+
+
+async def test_drift_repair_writes_the_cgroup_and_rechecks_what_is_desired(workdir: Path) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await r.conn.create_container(create(BPOD, B))
+        start(root, B, str(online), "0,1")
+        await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+        reply = await r.conn.create_container(create(GPOD, G))
+        assert reply is not None
+        pool = online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        syncer = r.svc.plugin.syncer
+        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        (cgroup_dir(root, B) / "cpuset.cpus").write_text(f"{online}\n")  # someone widened B
+
+        [drift] = await asyncio.to_thread(r.svc.reconciler.find_drift)
+        assert (drift.actual, drift.desired) == (online, pool)
+        # a second Guaranteed create lands between the drift check and the repair
+        reply = await r.conn.create_container(create(GPOD, G2))
+        assert reply is not None
+        pool -= CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        assert await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        assert await r.svc.reconciler._repair(drift) == "cgroup"
+        assert held(root, B)[0] == pool  # the set desired now, not the one find_drift saw
+        assert r.conn.updates == []
+
+
+async def test_create_does_not_wait_for_the_writes_but_the_exclusive_start_does(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    gate = threading.Event()
+    real = cgroup_writer._write
+
+    def slow_disk(path: str, text: str) -> None:
+        assert gate.wait(10)
+        real(path, text)
+
+    async with running(settings) as r:
+        online = r.topology.online
+        await r.conn.create_container(create(BPOD, B))
+        start(root, B, str(online), "0,1")
+        await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+        monkeypatch.setattr(cgroup_writer, "_write", slow_disk)  # every cgroup write now hangs until the gate opens
+
+        reply = await r.conn.create_container(create(GPOD, G))  # answered while the write hangs
+        assert reply is not None and reply.update == []
+        starting = asyncio.ensure_future(r.conn.state_change(api.START_CONTAINER, GPOD, G))
+        done, _ = await asyncio.wait({starting}, timeout=0.5)
+        assert not done and held(root, B)[0] == online  # G's start is held back: B still has every CPU
+        gate.set()
+        await starting
+        pool = online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        assert held(root, B)[0] == pool

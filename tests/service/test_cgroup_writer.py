@@ -1,0 +1,220 @@
+"""Direct cpuset writes (service/cgroup_writer.py).
+
+Two kinds of tree:
+- trees this test builds in tmp, in the layouts the kubelet makes for each cgroup driver on cgroup
+  v1 and v2. Plain files do not refuse anything, so `kernel_v1_rule` checks after every write what
+  the cgroup-v1 kernel enforces (a cpuset cgroup's children stay inside it) — a model of the kernel,
+  used because v2 and the systemd driver cannot run on the test VM;
+- a real cgroup-v1 cpuset hierarchy (root only, skipped elsewhere), where the kernel itself refuses
+  a wrong order with EBUSY and a process in a nested cgroup shows what it may run on.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nri_pinner.engine.cpuset import CPUSet
+from nri_pinner.service import cgroup_writer
+from nri_pinner.service.cgroup_writer import CpusetWriter, unwritable
+from nri_pinner.service.cgroups import CgroupError
+
+UID, CID = "0f1e2d3c_4b5a", "c0ffee"
+# (driver, NRI linux.cgroups_path as containerd reports it, the container's path below the hierarchy)
+LAYOUTS = {
+    "cgroupfs": (f"/kubepods/burstable/pod{UID}/{CID}", f"kubepods/burstable/pod{UID}/{CID}"),
+    "systemd": (f"kubepods-burstable-pod{UID}.slice:cri-containerd:{CID}",
+                f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID}.slice/"
+                f"cri-containerd-{CID}.scope"),
+}
+ALL = CPUSet.parse("0-15")
+
+
+def build(root: Path, version: int, driver: str, cpus: str, nested: tuple[str, ...] = ()) -> tuple[str, Path]:
+    """A kubelet-shaped tree: on v1 every level holds cpuset files (pod cgroups keep every CPU);
+    on v2 only the container sets its own. Returns (cgroups_path, container directory)."""
+    nri_path, rel = LAYOUTS[driver]
+    base = root / "cpuset" if version == 1 else root
+    if version == 2:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    d = base
+    for part in rel.split("/"):
+        d = d / part
+        d.mkdir(parents=True, exist_ok=True)
+        if version == 1 or part == rel.split("/")[-1]:
+            (d / "cpuset.cpus").write_text(f"{ALL}\n")
+            (d / "cpuset.mems").write_text("0-1\n")
+    (d / "cpuset.cpus").write_text(cpus + "\n")
+    child = d
+    for name in nested:
+        child = child / name
+        child.mkdir()
+        (child / "cpuset.cpus").write_text(cpus + "\n")
+        (child / "cpuset.mems").write_text("0-1\n")
+    return nri_path, d
+
+
+def read(d: Path, name: str = "cpuset.cpus") -> CPUSet:
+    return CPUSet.parse((d / name).read_text())
+
+
+@pytest.fixture
+def kernel_v1_rule(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, CPUSet]]:
+    """Record every write and check, as the v1 kernel does, that it keeps children inside parents."""
+    writes: list[tuple[Path, CPUSet]] = []
+    real = cgroup_writer._write
+
+    def checked(path_text: str, text: str) -> None:
+        path, value = Path(path_text), CPUSet.parse(text)
+        d = path.parent
+        if "cpuset" not in path.parts:  # cgroup v2: no such rule
+            pass
+        elif (d.parent / path.name).exists() and not value.issubset(read(d.parent, path.name)):
+            raise CgroupError(f"EINVAL: {value} not inside the parent's {read(d.parent, path.name)}")
+        for child in (c for c in d.iterdir() if c.is_dir() and "cpuset" in path.parts):
+            if not read(child, path.name).issubset(value):
+                raise CgroupError(f"EBUSY: child {child.name} holds {read(child, path.name)}")
+        writes.append((path, value))
+        real(path_text, text)
+
+    monkeypatch.setattr(cgroup_writer, "_write", checked)
+    return writes
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("driver", ["cgroupfs", "systemd"])
+def test_shrink_and_widen_each_layout(tmp_path: Path, version: int, driver: str,
+                                      kernel_v1_rule: list[tuple[Path, CPUSet]]) -> None:
+    path, d = build(tmp_path, version, driver, "1-15")
+    w = CpusetWriter(tmp_path)
+    assert w.v1 is (version == 1)
+    w.apply(path, CPUSet.parse("1,4-15"), "0")
+    assert read(d) == CPUSet.parse("1,4-15") and read(d, "cpuset.mems") == CPUSet([0])
+    w.apply(path, CPUSet.parse("1-15"), "0-1")
+    assert read(d) == CPUSet.parse("1-15") and read(d, "cpuset.mems") == CPUSet([0, 1])
+    # the pod cgroups are never touched: the kubelet keeps every CPU there
+    parents = {p.parent for p, _ in kernel_v1_rule}
+    assert parents == {d}
+    w.apply(path, CPUSet.parse("1-15"), "0-1")  # nothing to do: nothing written
+    assert len(kernel_v1_rule) == 4 and w.counts.writes == 4 and w.counts.containers == 3
+
+
+def test_a_change_that_adds_and_removes_goes_through_the_union(
+        tmp_path: Path, kernel_v1_rule: list[tuple[Path, CPUSet]]) -> None:
+    path, d = build(tmp_path, 1, "cgroupfs", "1-7", nested=("inner",))
+    CpusetWriter(tmp_path).apply(path, CPUSet.parse("4-11"), "")
+    assert [(p.parent.name, str(v)) for p, v in kernel_v1_rule] == [
+        (CID, "1-11"), ("inner", "4-7"), (CID, "4-11")]
+    assert read(d) == CPUSet.parse("4-11") and read(d / "inner") == CPUSet.parse("4-7")
+
+
+def test_v1_nested_cgroups_are_narrowed_first_deepest_first(
+        tmp_path: Path, kernel_v1_rule: list[tuple[Path, CPUSet]]) -> None:
+    path, d = build(tmp_path, 1, "systemd", "1-15", nested=("init.scope", "deeper"))
+    (d / "other").mkdir()
+    (d / "other" / "cpuset.cpus").write_text("2-3\n")
+    (d / "other" / "cpuset.mems").write_text("0\n")
+    w = CpusetWriter(tmp_path)
+    w.apply(path, CPUSet.parse("3-15"), "")
+    order = [p.parent.name for p, _ in kernel_v1_rule]
+    assert order.index("deeper") < order.index("init.scope") < order.index(d.name)
+    assert read(d / "other") == CPUSet([3])  # kept what it could of its own choice
+    assert read(d / "init.scope" / "deeper") == CPUSet.parse("3-15")
+    assert w.counts.nested == 1
+    w.apply(path, CPUSet.parse("1-15"), "")  # a widen leaves nested cgroups as their owner set them
+    assert read(d) == CPUSet.parse("1-15") and read(d / "init.scope") == CPUSet.parse("3-15")
+
+
+def test_v2_ignores_nested_cgroups(tmp_path: Path, kernel_v1_rule: list[tuple[Path, CPUSet]]) -> None:
+    path, d = build(tmp_path, 2, "systemd", "1-15", nested=("inner",))
+    CpusetWriter(tmp_path).apply(path, CPUSet.parse("5-6"), "")
+    assert [p.parent.name for p, _ in kernel_v1_rule] == [d.name]
+    assert read(d / "inner") == CPUSet.parse("1-15")  # v2: the kernel intersects; nothing to do
+
+
+def test_failures_are_errors_the_caller_falls_back_on(tmp_path: Path) -> None:
+    w = CpusetWriter(tmp_path)
+    with pytest.raises(CgroupError, match="No such file"):  # not started yet, or gone
+        w.apply(LAYOUTS["cgroupfs"][0], CPUSet([1]), "0")
+    with pytest.raises(CgroupError, match="no cgroups path"):
+        w.apply("", CPUSet([1]), "0")
+    path, d = build(tmp_path, 1, "cgroupfs", "1-3")
+    (d / "cpuset.mems").unlink()
+    with pytest.raises(CgroupError, match=r"cpuset\.mems"):
+        w.apply(path, CPUSet([1]), "0")
+    assert w.counts.failed == 3 and w.counts.containers == 0
+
+
+# ------------------------------------------------------------------------------ real cgroup v1
+
+REAL = Path("/sys/fs/cgroup")
+
+
+def _real_v1() -> bool:
+    cpus = REAL / "cpuset" / "cpuset.cpus"
+    return os.geteuid() == 0 and cpus.exists() and len(CPUSet.parse(cpus.read_text())) >= 2
+
+
+@pytest.fixture
+def real_tree() -> Iterator[Path]:
+    if not _real_v1():
+        pytest.skip("needs root and a cgroup-v1 cpuset hierarchy with 2+ CPUs")
+    top = REAL / "cpuset" / f"nri-pinner-test-{os.getpid()}"
+    dirs = [top, top / "pod", top / "pod" / "ctr", top / "pod" / "ctr" / "nested"]
+    cpus = (REAL / "cpuset" / "cpuset.cpus").read_text().strip()
+    mems = (REAL / "cpuset" / "cpuset.mems").read_text().strip()
+    try:
+        for d in dirs:
+            d.mkdir()
+            (d / "cpuset.cpus").write_text(cpus)
+            (d / "cpuset.mems").write_text(mems)
+        yield top
+    finally:
+        for d in reversed(dirs):
+            if d.exists():
+                for pid in (d / "tasks").read_text().split():
+                    (REAL / "cpuset" / "tasks").write_text(pid)
+                d.rmdir()
+
+
+def test_real_v1_shrink_with_a_nested_cgroup(real_tree: Path) -> None:
+    ctr, nested = real_tree / "pod" / "ctr", real_tree / "pod" / "ctr" / "nested"
+    every = read(ctr)
+    last = CPUSet([max(every)])
+    # the kernel refuses the naive order, as it refuses runc: the test can fail
+    with pytest.raises(OSError) as refused:
+        (ctr / "cpuset.cpus").write_text(str(last))
+    assert refused.value.errno == 16  # EBUSY
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        (nested / "tasks").write_text(str(sleeper.pid))
+        w = CpusetWriter(REAL)
+        w.apply(f"/{real_tree.name}/pod/ctr", last, "")
+        assert read(ctr) == last and read(nested) == last and w.counts.nested == 1
+        status = Path(f"/proc/{sleeper.pid}/status").read_text()
+        allowed = next(line.split(":")[1] for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
+        assert CPUSet.parse(allowed) == last  # the process was moved off the other CPUs at once
+        w.apply(f"/{real_tree.name}/pod/ctr", every, "")
+        assert read(ctr) == every and read(nested) == last
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_read_only_cgroup_mount_turns_writes_off(tmp_path: Path) -> None:
+    assert unwritable(tmp_path / "absent") == ""  # not there yet: try, fall back per container
+    assert unwritable(tmp_path) == ""
+    if not _real_v1():
+        pytest.skip("needs root to mount")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(ro)], check=True)
+    try:
+        assert "read-only" in unwritable(ro)
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
