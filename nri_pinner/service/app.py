@@ -20,6 +20,7 @@ from ..engine.topology.model import Topology
 from ..engine.topology.sysfs import SysfsError, discover
 from ..nri.stub import Stub, serve
 from . import checkpoint, logs
+from .alignment import memory_policy
 from .cri_client import CRIClient
 from .inspect import start_server, status_document
 from .metrics import Metrics
@@ -43,7 +44,7 @@ def build_engine(settings: Settings, topology: Topology) -> tuple[Engine, NicLoo
     """The engine with the hint providers ``hints.providers`` names, and the NIC lookup it reads."""
     nics = NicLookup(settings.sysfs_root) if "nics" in settings.hints.providers else None
     providers = [NicHintProvider(topology.numa_nodes, nics.numa_nodes)] if nics is not None else []
-    return Engine.from_settings(settings, topology, providers), nics
+    return Engine.from_settings(settings, topology, providers, memory=memory_policy(settings, topology)), nics
 
 
 class Service:

@@ -180,7 +180,9 @@ class Reconciler:
             log.warning("reserved CPUs are offline", offline=str(reserved - topology.online))
             settings = replace(settings, cpu_manager=replace(settings.cpu_manager,
                                                              reserved_cpus=reserved & topology.online))
-        await asyncio.to_thread(self.apply_topology_change, Engine.from_settings(settings, topology))
+        current = self.tracker.engine  # the same hint providers and memory policy, on the new topology
+        engine = Engine.from_settings(settings, topology, current.extra_providers, memory=current.memory)
+        await asyncio.to_thread(self.apply_topology_change, engine)
         self._online = online
 
     def apply_topology_change(self, engine: Engine) -> None:

@@ -25,7 +25,7 @@ from nri_pinner.engine.topology.model import Topology
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.service import checkpoint
-from nri_pinner.service.app import Service
+from nri_pinner.service.app import Service, build_engine
 from testkit.fake_runtime import CONTAINERD_1_7_24, FakeRuntime, PluginConnection, RuntimeProfile, running_stub
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,8 +135,10 @@ def make_settings(workdir: Path, *, sysfs: Path = DUAL_SOCKET, options: Mapping[
 
 def new_service(settings: Settings, engine: Engine | None = None) -> Service:
     """A service the harness knows (``checkpoint_entries`` flushes its writer first)."""
-    engine = engine or Engine.from_settings(settings, discover(settings.sysfs_root))
-    svc = _SERVICES[settings.state.checkpoint] = Service(settings, engine, env={})
+    nics = None
+    if engine is None:  # as `nri-pinner run` builds it: every provider hints.providers names
+        engine, nics = build_engine(settings, discover(settings.sysfs_root))
+    svc = _SERVICES[settings.state.checkpoint] = Service(settings, engine, env={}, nics=nics)
     return svc
 
 

@@ -231,6 +231,20 @@ async def test_cpu_hotplug_shrinks_and_regrows_pools_and_exclusive_sets(workdir:
         assert await r.svc.reconciler.tick() == []
 
 
+async def test_cpu_hotplug_keeps_the_engines_hint_providers(workdir: Path) -> None:
+    # The engine is rebuilt on the new topology: with "nics" enabled it must keep the NIC provider
+    # (it used to be rebuilt from the settings alone and refuse: "enabled but not wired up").
+    sysfs = copy_sysfs(DUAL_SOCKET, workdir / "sysfs")
+    settings = make_settings(workdir, sysfs=sysfs, hints={"providers": ["cpu", "nics"]})
+    async with running(settings, NRI_V0_12_1) as r:
+        online = r.topology.online
+        set_online(sysfs, online - CPUSet([max(online)]))
+        await r.svc.reconciler.tick()
+        engine = r.svc.tracker.engine
+        assert engine.topology.online == online - CPUSet([max(online)])
+        assert [p.name for p in engine.extra_providers] == ["nics"]
+
+
 async def test_failed_update_containers_falls_back_to_the_next_reply(workdir: Path) -> None:
     settings = make_settings(workdir, reconcile=NO_WRITES)
     cgroups = Path(settings.reconcile.cgroup_root)
