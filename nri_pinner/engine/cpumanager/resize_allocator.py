@@ -17,36 +17,31 @@ it can be over the fewest NUMA nodes that include every node already holding ret
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from itertools import combinations
 
 from ..cpuset import CPUSet
 from ..errors import InsufficientCPUs
 from ..topology.model import Topology
 from .index import TopologyIndex, index_for
+from .packed import Accumulator
 
 
-class _ResizeAccumulator:
-    __slots__ = ("free", "idx", "needed", "result")
+class _ResizeAccumulator(Accumulator):
+    """The packed accumulator with the resize rules: retained CPUs are taken up front, a group is
+    whole when its CPUs are retained or free, and every sort order puts held groups first."""
+
+    __slots__ = ()
 
     def __init__(self, idx: TopologyIndex, free: int, retained: int, n: int) -> None:
-        self.idx = idx
+        super().__init__(idx, free & ~retained, n - retained.bit_count())
         self.result = retained
-        self.free = free & ~retained
-        self.needed = n - retained.bit_count()
-
-    def take(self, mask: int) -> None:
-        self.result |= mask
-        self.free &= ~mask
-        self.needed -= mask.bit_count()
-
-    def done(self) -> bool:
-        return self.needed < 1
 
     def whole(self, mask: int) -> bool:
         return mask & ~(self.result | self.free) == 0
 
     # -- sort orders: groups holding retained CPUs first, each part by (free count, id) ------------
-    def _order(self, ids: list[int] | tuple[int, ...], masks: dict[int, int], within: int = -1) -> list[int]:
+    def _by_free(self, ids: Iterable[int], masks: dict[int, int], within: int = -1) -> list[int]:
         held: list[tuple[int, int]] = []
         rest: list[tuple[int, int]] = []
         for i in ids:
@@ -58,39 +53,6 @@ class _ResizeAccumulator:
         rest.sort()
         return [i for _, i in held] + [i for _, i in rest]
 
-    def _nested(self, outer: list[int], inner: dict[int, list[int]], outer_masks: dict[int, int],
-                inner_masks: dict[int, int]) -> list[int]:
-        out: list[int] = []
-        seen: set[int] = set()
-        for o in outer:
-            for i in self._order(inner.get(o, []), inner_masks, outer_masks[o]):
-                if i not in seen:
-                    seen.add(i)
-                    out.append(i)
-        return out
-
-    def numas(self) -> list[int]:
-        idx = self.idx
-        if idx.numa_first:
-            return self._order(idx.numa_ids, idx.numa_mask)
-        return self._nested(self.sockets(), idx.numas_in_socket, idx.socket_mask, idx.numa_mask)
-
-    def sockets(self) -> list[int]:
-        idx = self.idx
-        if idx.numa_first:
-            return self._nested(self.numas(), idx.sockets_in_numa, idx.numa_mask, idx.socket_mask)
-        return self._order(idx.socket_ids, idx.socket_mask)
-
-    def cores(self) -> list[int]:
-        idx = self.idx
-        if idx.numa_first:
-            return self._nested(self.sockets(), idx.cores_in_socket, idx.socket_mask, idx.core_mask)
-        return self._nested(self.numas(), idx.cores_in_numa, idx.numa_mask, idx.core_mask)
-
-    def uncores(self) -> list[int]:
-        idx = self.idx
-        return self._nested(self.numas(), idx.uncores_in_numa, idx.numa_mask, idx.uncore_mask)
-
     # -- steps -------------------------------------------------------------------------------------
     def take_whole(self, ids: list[int], masks: dict[int, int]) -> None:
         for i in ids:
@@ -101,9 +63,9 @@ class _ResizeAccumulator:
 
     def take_level(self, numa_level: bool) -> None:
         if numa_level:
-            self.take_whole(self.numas(), self.idx.numa_mask)
+            self.take_whole(self.sorted_numas(), self.idx.numa_mask)
         else:
-            self.take_whole(self.sockets(), self.idx.socket_mask)
+            self.take_whole(self.sorted_sockets(), self.idx.socket_mask)
 
     def take_partial_uncore(self, uncore: int) -> None:
         idx = self.idx
@@ -129,15 +91,15 @@ class _ResizeAccumulator:
             self.take(mask)
 
     def take_uncores(self) -> None:
-        self.take_whole(self.uncores(), self.idx.uncore_mask)
-        for u in self.uncores():
-            if self.done():
+        self.take_whole(self.sorted_uncores(), self.idx.uncore_mask)
+        for u in self.sorted_uncores():
+            if self.satisfied():
                 return
             self.take_partial_uncore(u)
 
     def take_remaining(self, spread: bool) -> None:
         idx = self.idx
-        groups, masks = (self.sockets(), idx.socket_mask) if spread else (self.cores(), idx.core_mask)
+        groups, masks = (self.sorted_sockets(), idx.socket_mask) if spread else (self.sorted_cores(), idx.core_mask)
         for g in groups:
             m = masks[g] & self.free
             while m and self.needed > 0:
@@ -150,20 +112,20 @@ class _ResizeAccumulator:
 
 def _packed(idx: TopologyIndex, free: int, retained: int, n: int, spread: bool, uncore: bool) -> int:
     acc = _ResizeAccumulator(idx, free, retained, n)
-    if acc.done():
+    if acc.satisfied():
         return acc.result
     if acc.needed > acc.free.bit_count():
         raise InsufficientCPUs(n, (free | retained).bit_count())
     acc.take_level(idx.numa_first)
-    if not acc.done():
+    if not acc.satisfied():
         acc.take_level(not idx.numa_first)
-    if not acc.done() and uncore:
+    if not acc.satisfied() and uncore:
         acc.take_uncores()
-    if not acc.done() and not spread:
-        acc.take_whole(acc.cores(), idx.core_mask)
-    if not acc.done():
+    if not acc.satisfied() and not spread:
+        acc.take_whole(acc.sorted_cores(), idx.core_mask)
+    if not acc.satisfied():
         acc.take_remaining(spread)
-    if not acc.done():
+    if not acc.satisfied():
         raise InsufficientCPUs(n, (free | retained).bit_count(), "failed to allocate cpus")
     return acc.result
 
@@ -231,7 +193,7 @@ def _distributed(idx: TopologyIndex, free: int, retained: int, n: int, group: in
     if n % group or n <= retained.bit_count():
         return _packed(idx, free, retained, n, spread, False)
     free &= ~retained
-    order = _ResizeAccumulator(idx, free, retained, n).numas()
+    order = _ResizeAccumulator(idx, free, retained, n).sorted_numas()
     held = [x for x in idx.numa_ids if idx.numa_mask[x] & retained]
     order = [x for x in held if x not in order] + order
     kept = {x: (idx.numa_mask[x] & retained).bit_count() for x in idx.numa_ids}
