@@ -6,10 +6,7 @@ resolver, so the GPU's NUMA node is what sysfs says, not a number typed into the
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -24,22 +21,15 @@ from nri_pinner.engine.topology.model import CPUInfo, Topology
 from nri_pinner.engine.topology.pci import DeviceResolver
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.engine.topologymanager.hints import mask_of
+from testkit.scripts import load_script
 
-REPO = Path(__file__).resolve().parents[2]
 GB = 1 << 30
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-gen = _load("gen_sysfs")
-devgen = _load("gen_sysfs_devices")
+gen = load_script("gen_sysfs")
+devgen = load_script("gen_sysfs_devices")
 
 
 @pytest.fixture(scope="module")

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.memory import MemoryDiscoveryError, read_node_memory
 from nri_pinner.engine.topology.pci import DeviceResolver
+from testkit.scripts import load_script
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load("gen_sysfs")
-devgen = _load("gen_sysfs_devices")
+gen = load_script("gen_sysfs")
+devgen = load_script("gen_sysfs_devices")
 
 
 @pytest.fixture

@@ -14,29 +14,20 @@ KNOWN_DIVERGENCES): the answer must still agree on everything hwloc states.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from nri_pinner.engine.topology.sysfs import discover_with_warnings
+from testkit.scripts import load_script
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "sysfs"
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, FIXTURES.parents[2] / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
-hwloc_xml = _load("hwloc_xml")
+hwloc_xml = load_script("hwloc_xml")
 LSTOPO, run_lstopo, groups = hwloc_xml.LSTOPO, hwloc_xml.run_lstopo, hwloc_xml.groups
 if LSTOPO is None and os.environ.get("NRI_PINNER_HWLOC_REQUIRED") == "1":  # scripts/test as root sets it
     raise RuntimeError("lstopo-no-graphics missing: scripts/test installs Debian's hwloc-nox")

@@ -4,14 +4,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,21 +18,15 @@ from hypothesis import strategies as st
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.model import Topology
 from nri_pinner.engine.topology.sysfs import SysfsError, discover, discover_with_warnings
+from testkit.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_sysfs", REPO / "scripts" / "gen_sysfs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gen_sysfs"] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
-gen = _load_generator()
+gen = load_script("gen_sysfs")
 
 
 def sysdir(root: Path) -> Path:

@@ -7,10 +7,7 @@ node 1) plus PCI devices written by scripts/gen_sysfs_devices.py: GPU char devic
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -36,21 +33,14 @@ from nri_pinner.nri.stub_wire import TtrpcStatusError
 from nri_pinner.service.alignment import Intake, memory_policy, page_size_bytes
 from nri_pinner.service.app import Service
 from testkit.fake_runtime import CONTAINERD_2_3_0
+from testkit.scripts import load_script
 
-REPO = Path(__file__).resolve().parents[2]
 GB = 1 << 30
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-devgen = _load("gen_sysfs_devices")
+devgen = load_script("gen_sysfs_devices")
 
 
 @pytest.fixture
