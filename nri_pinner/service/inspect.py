@@ -16,7 +16,7 @@ from ..engine.cpuset import CPUSet
 from ..engine.nicmanager.hints import nic_hints
 from ..nri.stub import Stub
 from .gen import inspect_pb2 as pb
-from .tracker import Tracker
+from .tracker import Tracker, desired_of
 
 SERVICE = "nri_pinner.inspect.v1.Inspect"
 
@@ -28,24 +28,21 @@ def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int 
     engine, state, shared = view.engine, view.state, view.shared_pool
     topo = engine.topology
     mems: dict[CPUSet, str] = {}
+
+    def mems_text(cpus: CPUSet) -> str:  # every shared container asks for the same pool's
+        if cpus not in mems:
+            mems[cpus] = ",".join(map(str, engine.mems_of(cpus)))
+        return mems[cpus]
+
     assignments = []
     for t in sorted(view.containers.values(), key=lambda t: (t.intent.namespace, t.intent.pod_name, t.key)):
         a = state.get(*t.key)
         exclusive = a is not None and a.exclusive
-        cpus = a.current if a is not None and exclusive else shared
-        own = engine.memory_mems(state, *t.key)  # the Memory Manager's nodes win
-        if own is None and not exclusive and engine.mems == "all":
-            own = engine.all_mems
-        if own is not None:
-            mems_text = ",".join(map(str, own))
-        else:
-            if cpus not in mems:
-                mems[cpus] = ",".join(map(str, engine.mems_of(cpus)))
-            mems_text = mems[cpus]
+        cpus, cpu_mems = desired_of(engine, state, shared, t.key, mems_text)
         assignments.append({
             "container_id": t.container_id, "namespace": t.intent.namespace, "pod": t.intent.pod_name,
             "pod_uid": t.intent.pod_uid, "container": t.intent.container, "qos": t.intent.qos,
-            "exclusive": exclusive, "cpus": str(cpus), "mems": mems_text,
+            "exclusive": exclusive, "cpus": str(cpus), "mems": cpu_mems,
             "admitted": str(a.admitted) if a and a.exclusive else "", "init": t.intent.init,
             "stopped": t.stopped, "intent_source": t.intent.source,
             **({"hints": t.hints} if t.hints else {}),

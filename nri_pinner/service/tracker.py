@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +94,28 @@ class View:
 
     @property
     def shared_pool(self) -> CPUSet:
-        return self.engine.policy.shared_pool(self.state) or self.engine.policy.reserved
+        return shared_pool_of(self.engine, self.state)
+
+
+def shared_pool_of(engine: Engine, state: EngineState) -> CPUSet:
+    """Where shared containers run. With strict reservation every other CPU may be exclusive: then
+    they run on the reserved CPUs rather than on no cpuset (which would mean every CPU)."""
+    return engine.policy.shared_pool(state) or engine.policy.reserved
+
+
+def desired_of(engine: Engine, state: EngineState, shared: CPUSet, key: tuple[str, str],
+               mems_text: Callable[[CPUSet], str]) -> tuple[CPUSet, str]:
+    """A container's cpuset and cpuset.mems text: its exclusive CPUs or the shared pool; the Memory
+    Manager's nodes win over the CPUs' nodes (``mems_text``: the cached formatter for those)."""
+    a = state.get(*key)
+    exclusive = a is not None and a.exclusive
+    cpus = a.current if a is not None and exclusive else shared
+    mems = engine.memory_mems(state, *key)
+    if mems is None and not exclusive and engine.mems == "all":
+        mems = engine.all_mems
+    if mems is not None:
+        return cpus, ",".join(map(str, mems))
+    return cpus, mems_text(cpus)
 
 
 @dataclass
@@ -113,21 +135,10 @@ class Tracker:
 
     @property
     def shared_pool(self) -> CPUSet:
-        """Where shared containers run. With strict reservation every other CPU may be exclusive: then
-        they run on the reserved CPUs rather than on no cpuset (which would mean every CPU)."""
-        pool = self.engine.policy.shared_pool(self.state)
-        return pool or self.engine.policy.reserved
+        return shared_pool_of(self.engine, self.state)
 
     def desired(self, t: Tracked) -> tuple[CPUSet, str]:
-        a = self.assignment(t)
-        exclusive = a is not None and a.exclusive
-        cpus = a.current if a is not None and exclusive else self.shared_pool
-        mems = self.engine.memory_mems(self.state, *t.key)  # the Memory Manager's nodes win
-        if mems is None and not exclusive and self.engine.mems == "all":
-            mems = self.engine.all_mems
-        if mems is not None:
-            return cpus, ",".join(map(str, mems))
-        return cpus, self.mems_text(cpus)
+        return desired_of(self.engine, self.state, self.shared_pool, t.key, self.mems_text)
 
     def mems_text(self, cpus: CPUSet) -> str:
         key = (self.engine, cpus)
