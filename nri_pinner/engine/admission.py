@@ -19,20 +19,18 @@ from .cpumanager.static_policy import StaticPolicy, guaranteed_cpus, reserved_by
 from .cpuset import EMPTY, CPUSet
 from .decision import AdmissionRequest, Decision
 from .devicemanager.hints import DeviceHintProvider
-from .errors import AdmissionError, TopologyAffinityError
+from .errors import AdmissionError
 from .memorymanager.policy import StaticMemoryPolicy
 from .memorymanager.provider import MemoryHintProvider, all_nodes, memory_state
 from .qos import QoS
 from .topology.model import Topology
 from .topologymanager.cpu_hints import CPUHintProvider
-from .topologymanager.explain import blame, summarize
+from .topologymanager.explain import blame, summarize, with_preferences
 from .topologymanager.hints import (
     HintProvider,
     HintRequest,
-    ResourceHints,
     StaticHintProvider,
     TopologyHint,
-    format_mask,
 )
 from .topologymanager.merge import MergeResult, Policy, TopologyManager, merge
 
@@ -195,7 +193,7 @@ class Engine:
         shown = {name: summarize(a) for name, a in zip(names, answers, strict=True) if a}
         if result.admit:
             return result, shown, []
-        return _name_providers(result, names, answers), shown, blame(self.manager, names, answers)
+        return with_preferences(result, names, answers), shown, blame(self.manager, names, answers)
 
     def _pod_request(self, state: EngineState, req: AdmissionRequest, n: int,
                      allocated: CPUSet | None) -> HintRequest | None:
@@ -247,22 +245,3 @@ class Engine:
             return state, refused(state, a, pod, container, exc)
         return new_state, replace(rd, mems=self.mems_of(rd.cpus))
 
-
-def _name_providers(result: MergeResult, names: Sequence[str], answers: Sequence[ResourceHints | None]) -> MergeResult:
-    """A rejection says what each provider with a preference wanted."""
-    wanted = []
-    for name, answer in zip(names, answers, strict=True):
-        for resource, hints in (answer or {}).items():
-            if hints is None:
-                continue
-            preferred: list[str] = []
-            for seen, h in enumerate(hints):  # kubelet order: narrowest first, so preferred ones lead
-                if (preferred and not h.preferred) or seen >= 256:
-                    break
-                if h.preferred and len(preferred) < 4:
-                    preferred.append(format_mask(h.affinity))
-            label = name if resource == name else f"{name} ({resource})"
-            wanted.append(f"{label} prefers {' or '.join(preferred) or 'nothing it can satisfy'}")
-    if not wanted or result.error is None:
-        return result
-    return replace(result, error=TopologyAffinityError(f"{result.error}; {'; '.join(wanted)}"))

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 
+from ..errors import TopologyAffinityError
 from .hints import ResourceHints, format_mask
-from .merge import TopologyManager, merge
+from .merge import MergeResult, TopologyManager, merge
 
 FIXED = ("devices", "static")  # providers describing what the container already has
 
@@ -56,3 +58,23 @@ def blame(manager: TopologyManager, names: Sequence[str], answers: Sequence[Reso
             found.append(f"{label}[{','.join(resources)}]" if resources and label != "cpu" else label)
     found.sort(key=lambda n: n.split("[")[0] in FIXED)
     return found
+
+
+def with_preferences(result: MergeResult, names: Sequence[str], answers: Sequence[ResourceHints | None]) -> MergeResult:
+    """A rejection says what each provider with a preference wanted."""
+    wanted = []
+    for name, answer in zip(names, answers, strict=True):
+        for resource, hints in (answer or {}).items():
+            if hints is None:
+                continue
+            preferred: list[str] = []
+            for seen, h in enumerate(hints):  # kubelet order: narrowest first, so preferred ones lead
+                if (preferred and not h.preferred) or seen >= 256:
+                    break
+                if h.preferred and len(preferred) < 4:
+                    preferred.append(format_mask(h.affinity))
+            label = name if resource == name else f"{name} ({resource})"
+            wanted.append(f"{label} prefers {' or '.join(preferred) or 'nothing it can satisfy'}")
+    if not wanted or result.error is None:
+        return result
+    return replace(result, error=TopologyAffinityError(f"{result.error}; {'; '.join(wanted)}"))
