@@ -1,0 +1,195 @@
+"""In-place resize through the service (README "Resize"): NRI UpdateContainer with the kubelet's
+shares/quota, through the real stub and the fake runtime, on a cgroup-v1 tree built in tmp.
+
+Dual-socket fixture: 12 CPUs, core c = {c, c+6}, CPU 0 reserved. Each test checks what the cgroup
+files hold and in which order they were written (the no-window rule), what the reply carries,
+and what status / metrics / the checkpoint show."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from svc_harness import (
+    PERIOD,
+    Running,
+    assignments,
+    checkpoint_entries,
+    container,
+    cpuset_updates,
+    create,
+    make_settings,
+    pod,
+    running,
+)
+from test_cgroup_pool import cgroup_dir, held, start
+
+from nri_pinner.engine.cpuset import CPUSet
+from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.nri.stub_wire import TtrpcStatusError
+from nri_pinner.service import cgroup_writer
+from nri_pinner.service.app import Service
+
+BPOD, GPOD = pod("burst", "burstable"), pod("gold")
+B = container(BPOD, "app", 100)
+G = container(GPOD, "app", 2000, 2000)
+F = container(GPOD, "frac", 500, 500)  # Guaranteed, fractional: on the shared pool
+
+
+def resize(c: api.Container, p: api.PodSandbox, milli: int, limit: int | None = None) -> api.UpdateContainerRequest:
+    """The kubelet's UpdateContainerResources as containerd relays it (its stored spec keeps the create's cpuset)."""
+    req = api.UpdateContainerRequest(pod=p, container=c)
+    cpu = req.linux_resources.cpu
+    cpu.shares.value = max(2, milli * 1024 // 1000)  # kubelet MilliCPUToShares
+    limit = milli if limit is None else limit
+    if limit:
+        cpu.quota.value, cpu.period.value = limit * PERIOD // 1000, PERIOD
+    cpu.cpus = c.linux.resources.cpu.cpus
+    return req
+
+
+def count(svc: Service, outcome: str, reason: str = "") -> float:
+    return float(svc.metrics.resizes.labels(outcome, reason)._value.get())
+
+
+async def started(r: Running, root: Path, p: api.PodSandbox, c: api.Container) -> CPUSet:
+    """Create and start `c` (its cgroup holds what the create answered); returns its cpuset."""
+    reply = await r.conn.create_container(create(p, c))
+    assert reply is not None
+    cpus = reply.adjust.linux.resources.cpu.cpus
+    start(root, c, cpus, reply.adjust.linux.resources.cpu.mems)
+    await r.conn.state_change(api.START_CONTAINER, p, c)
+    return CPUSet.parse(cpus)
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Every cgroup cpuset.cpus write, in order: (container directory name, cpus)."""
+    log: list[tuple[str, str]] = []
+    real = cgroup_writer._write
+
+    def recording(path: str, text: str) -> None:
+        real(path, text)
+        if path.endswith("cpuset.cpus"):
+            log.append((Path(path).parent.name, text.strip()))
+
+    monkeypatch.setattr(cgroup_writer, "_write", recording)
+    return log
+
+
+async def test_shared_to_exclusive_and_back_narrows_the_neighbours_first(
+        workdir: Path, writes: list[tuple[str, str]]) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await started(r, root, BPOD, B)
+        assert await started(r, root, GPOD, F) == online
+        writes.clear()
+
+        reply = await r.conn.update_container(resize(F, GPOD, 2000))
+        assert reply is not None
+        mine = CPUSet.parse(cpuset_updates(reply.update)[F.id][0])
+        assert len(mine) == 2 and 0 not in mine
+        pool = online - mine
+        # answered only once both cgroups were written, the neighbour's first
+        assert held(root, B)[0] == pool and held(root, F)[0] == mine
+        assert writes == [(B.id, str(pool)), (F.id, str(mine))]
+        doc = assignments(r.svc)[F.id]
+        assert (doc["exclusive"], doc["cpus"], doc["admitted"]) == (True, str(mine), str(mine))
+        assert doc["resize"]["outcome"] == "to-exclusive" and doc["resize"]["before"] == str(online)
+        assert count(r.svc, "to-exclusive") == 1
+
+        writes.clear()
+        reply = await r.conn.update_container(resize(F, GPOD, 500))  # back to fractional
+        assert reply is not None and cpuset_updates(reply.update)[F.id][0] == str(online)
+        syncer = r.svc.plugin.syncer
+        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        assert held(root, B)[0] == online and held(root, F)[0] == online
+        assert assignments(r.svc)[F.id]["resize"]["released"] == str(mine)
+        assert count(r.svc, "to-shared") == 1
+
+
+async def test_grow_keeps_every_cpu_and_shrink_narrows_the_container_before_the_pool(
+        workdir: Path, writes: list[tuple[str, str]]) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await started(r, root, BPOD, B)
+        baseline = await started(r, root, GPOD, G)
+        syncer = r.svc.plugin.syncer
+        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        writes.clear()
+
+        reply = await r.conn.update_container(resize(G, GPOD, 4000))
+        assert reply is not None
+        grown = CPUSet.parse(cpuset_updates(reply.update)[G.id][0])
+        assert len(grown) == 4 and baseline.issubset(grown)
+        assert writes == [(B.id, str(online - grown)), (G.id, str(grown))]  # the neighbour narrowed first
+        entry = checkpoint_entries(settings)[G.id]
+        assert (entry["admitted"], entry["current"]) == (str(baseline), str(grown))
+
+        writes.clear()
+        reply = await r.conn.update_container(resize(G, GPOD, 2000))
+        assert reply is not None and cpuset_updates(reply.update)[G.id][0] == str(baseline)
+        assert await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        assert writes == [(G.id, str(baseline)), (B.id, str(online - baseline))]  # the container narrowed first
+        assert count(r.svc, "grow") == 1 and count(r.svc, "shrink") == 1
+
+
+@pytest.mark.parametrize(("milli", "reason"), [(12000, "InsufficientCPUs"), (1000, "ResizeBelowBaseline")])
+async def test_a_refused_resize_fails_the_update_and_keeps_everything(
+        workdir: Path, writes: list[tuple[str, str]], milli: int, reason: str) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await started(r, root, BPOD, B)
+        mine = await started(r, root, GPOD, G)
+        syncer = r.svc.plugin.syncer
+        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        writes.clear()
+        with pytest.raises(TtrpcStatusError, match=rf"resize of 'app' to {milli}m/{milli}m refused: {reason}"):
+            await r.conn.update_container(resize(G, GPOD, milli))
+        assert r.conn.peer is not None and not r.conn.peer.closed  # a refusal, not a dropped plugin
+        doc = assignments(r.svc)[G.id]
+        assert doc["cpus"] == str(mine) and doc["resize"]["outcome"] == "refused"
+        assert doc["resize"]["reason"] == reason and doc["resize"]["after"] == str(mine)
+        assert count(r.svc, "refused", reason) == 1
+        assert held(root, B)[0] == online - mine and writes == []
+        # the kubelet's retry with the old values is answered as usual
+        reply = await r.conn.update_container(resize(G, GPOD, 2000))
+        assert reply is not None and cpuset_updates(reply.update)[G.id][0] == str(mine)
+
+
+async def test_a_burstable_container_is_never_made_exclusive(workdir: Path) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await started(r, root, BPOD, B)
+        reply = await r.conn.update_container(resize(B, BPOD, 2000))  # request = limit, still Burstable
+        assert reply is not None and cpuset_updates(reply.update)[B.id][0] == str(online)
+        assert assignments(r.svc)[B.id]["exclusive"] is False and count(r.svc, "shared") == 1
+
+
+async def test_admitted_and_current_sets_survive_a_restart(workdir: Path) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        baseline = await started(r, root, GPOD, G)
+        reply = await r.conn.update_container(resize(G, GPOD, 4000))
+        assert reply is not None
+        grown = CPUSet.parse(cpuset_updates(reply.update)[G.id][0])
+    # the runtime's record after the resize: the new quota/shares, the create's cpuset
+    g = container(GPOD, "app", 4000, 4000, cpus=str(baseline))
+    async with running(settings, pods=[GPOD], containers=[g]) as r2:
+        assert held(root, G)[0] == grown
+        doc = assignments(r2.svc)[G.id]
+        assert (doc["cpus"], doc["admitted"]) == (str(grown), str(baseline))
+        # and the baseline still bounds a shrink after the restart
+        with pytest.raises(TtrpcStatusError, match="ResizeBelowBaseline"):
+            await r2.conn.update_container(resize(g, GPOD, 1000))
+    assert cgroup_dir(root, G).exists()
