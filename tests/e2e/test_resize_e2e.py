@@ -1,0 +1,63 @@
+"""In-place resize on real containerd (1.7.24 and 2.1.x), real runc, real cgroups (README "Resize").
+
+CRI UpdateContainerResources as the kubelet sends a resize (shares + quota/period), reaching the
+plugin as NRI UpdateContainer. 2 CPUs with CPU 0 reserved: one CPU (1) can be exclusive, so a
+grow to 2 is refused. After each step the Cpus_allowed_list of the container and its neighbour.
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from .harness import PrivateContainerd
+from .pinner import start_pinner
+
+PERIOD = 100_000
+
+
+def _resize(runtime: PrivateContainerd, cid: str, milli: int) -> None:
+    """The kubelet's resize of a Guaranteed container: request = limit (MilliCPUToShares, MilliCPUToQuota)."""
+    runtime.cri.update_container_resources(cid, cpu_shares=milli * 1024 // 1000, cpu_quota=milli * PERIOD // 1000,
+                                           cpu_period=PERIOD)
+
+
+def test_resize_fractional_to_exclusive_and_back_and_a_refused_grow(containerd: PrivateContainerd) -> None:
+    pinner = start_pinner(containerd)
+    burst = containerd.run_pod("burstable", 250, 500)
+    guar = containerd.run_pod("guaranteed", 500, 500)
+    (b,), (g,) = burst.container_ids, guar.container_ids
+
+    def allowed() -> tuple[str, str]:
+        return containerd.cpus_allowed_list(g), containerd.cpus_allowed_list(b)
+
+    assert allowed() == ("0-1", "0-1")
+
+    _resize(containerd, g, 1000)  # shared -> exclusive
+    assert allowed() == ("1", "0")
+    assert containerd.cgroup_cpuset(g) == "1" and containerd.cgroup_cpuset(b) == "0"
+    doc = pinner.assignment(g)
+    assert (doc["exclusive"], doc["cpus"], doc["resize"]["outcome"]) == (True, "1", "to-exclusive")
+
+    offset = containerd.log_offset()
+    with pytest.raises(grpc.RpcError) as refused:
+        _resize(containerd, g, 2000)  # nothing left to grow into: refused, the call fails
+    text = str(refused.value.details())
+    print(f"\ncontainerd {containerd.version}: refused grow -> {refused.value.code()}: {text}")
+    assert "InsufficientCPUs" in text and "keeps CPUs 1" in text
+    assert allowed() == ("1", "0")
+    doc = pinner.assignment(g)
+    assert (doc["cpus"], doc["resize"]["outcome"], doc["resize"]["reason"]) == ("1", "refused", "InsufficientCPUs")
+    log = containerd.log_text(offset)
+    assert "closing plugin" not in log and pinner.status()["health"]["connected"] is True  # still attached
+
+    _resize(containerd, g, 500)  # exclusive -> shared: both on every CPU again
+    assert allowed() == ("0-1", "0-1")
+    assert pinner.assignment(g)["resize"]["outcome"] == "to-shared"
+    assert pinner.status()["pools"]["shared"] == "0-1"
+
+    _resize(containerd, g, 1000)  # and once more: the plugin answers after the refusal
+    assert allowed() == ("1", "0")
+    containerd.remove_pod(guar)
+    assert containerd.cpus_allowed_list(b) == "0-1"
+    containerd.remove_pod(burst)
