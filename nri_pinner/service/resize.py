@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from ..engine.cpumanager.resize import ResizeDecision
+from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import CPUSet, CPUSetError
 from ..nri.gen import api_pb2 as api
 from .cpuset_sync import cpu_update
@@ -98,6 +99,30 @@ class Resizer:
                         waited_s=GROW_WAIT_SECONDS)
         with tr.lock:
             return self._reply(t, True)
+
+    def update_pod_sandbox(self, req: api.UpdatePodSandboxRequest) -> api.UpdatePodSandboxResponse:
+        """A pod-level resize (NRI >= v0.12 runtimes; older ones never subscribe us to it).
+
+        The CPUs move in the containers' own UpdateContainer calls, which the kubelet sends after
+        this one. In pod scope the pod's exclusive total is what the topology manager aligned, so
+        a grow the node cannot give is reported here, before its container updates are refused.
+        The reply has no fields to adjust; this call never fails.
+        """
+        p, tr = self.plugin, self.plugin.tracker
+        pod_key = req.pod.uid or req.pod.name
+        limit = cpu_limit_milli(req.linux_resources.cpu)
+        wanted = guaranteed_cpus(GUARANTEED, limit, limit) if p.settings.topology_manager.scope == "pod" else 0
+        with tr.lock:
+            held = sum(len(a.current) for a in tr.state.pod_assignments(pod_key) if a.exclusive)
+            free = len(tr.engine.policy.available_for_exclusive(tr.state))
+        fits = not wanted or wanted - held <= free
+        fields = {"pod": f"{req.pod.namespace}/{req.pod.name}", "cpu_limit_milli": limit,
+                  "pod_exclusive_cpus": held, "wanted": wanted or None, "free": free}
+        if fits:
+            log.info("pod resized", **fields)
+        else:
+            log.warning("pod resize cannot get its exclusive CPUs; its containers' updates will be refused", **fields)
+        return api.UpdatePodSandboxResponse()
 
     def _reply(self, t: Tracked, resized: bool) -> api.UpdateContainerResponse:
         """The container's set (the runtime applies it with the update), plus pool changes for

@@ -30,6 +30,7 @@ from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import TtrpcStatusError
 from nri_pinner.service import cgroup_writer
 from nri_pinner.service.app import Service
+from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_3_0, RuntimeProfile
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 B = container(BPOD, "app", 100)
@@ -193,3 +194,27 @@ async def test_admitted_and_current_sets_survive_a_restart(workdir: Path) -> Non
         with pytest.raises(TtrpcStatusError, match="ResizeBelowBaseline"):
             await r2.conn.update_container(resize(g, GPOD, 1000))
     assert cgroup_dir(root, G).exists()
+
+
+@pytest.mark.parametrize("profile", [CONTAINERD_1_7_24, CONTAINERD_2_3_0])
+async def test_update_pod_sandbox_only_where_the_runtime_has_it(
+        workdir: Path, profile: RuntimeProfile, capsys: pytest.CaptureFixture[str]) -> None:
+    """NRI v0.12 (containerd 2.3) sends UpdatePodSandbox; older runtimes never subscribe us to it.
+    In pod scope a pod grow the node cannot give is reported; the containers' updates decide."""
+    settings = make_settings(workdir, topology_manager={"scope": "pod"})
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings, profile) as r:
+        mine = await started(r, root, GPOD, G)
+        req = api.UpdatePodSandboxRequest(pod=GPOD)
+        req.linux_resources.cpu.quota.value, req.linux_resources.cpu.period.value = 12 * PERIOD, PERIOD
+        answer = await r.conn.update_pod_sandbox(req)
+        if profile is CONTAINERD_1_7_24:
+            assert answer is None and "UpdatePodSandbox" not in r.conn.calls
+            return
+        assert answer == api.UpdatePodSandboxResponse()
+        assert "pod resize cannot get its exclusive CPUs" in capsys.readouterr().out
+        req.linux_resources.cpu.quota.value = 3 * PERIOD  # one more CPU: fits
+        assert await r.conn.update_pod_sandbox(req) == api.UpdatePodSandboxResponse()
+        out = capsys.readouterr().out
+        assert "pod resized" in out and "cannot get" not in out
+        assert assignments(r.svc)[G.id]["cpus"] == str(mine)  # nothing moves before the container's update
