@@ -20,15 +20,19 @@ from svc_harness import (
     cpuset_updates,
     create,
     make_settings,
+    new_service,
     pod,
     running,
 )
 from test_cgroup_pool import cgroup_dir, held, start
 
+from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.cpuset import CPUSet
+from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import TtrpcStatusError
 from nri_pinner.service import cgroup_writer
+from nri_pinner.service.alignment import memory_policy
 from nri_pinner.service.app import Service
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_3_0, RuntimeProfile
 
@@ -218,3 +222,37 @@ async def test_update_pod_sandbox_only_where_the_runtime_has_it(
         out = capsys.readouterr().out
         assert "pod resized" in out and "cannot get" not in out
         assert assignments(r.svc)[G.id]["cpus"] == str(mine)  # nothing moves before the container's update
+
+
+@pytest.mark.parametrize("policy", ["single-numa-node", "best-effort"])
+async def test_a_memory_aligned_grow_stays_on_its_memory_node_or_is_refused(workdir: Path, policy: str) -> None:
+    """Memory Manager on (README "Resize": memory): a Guaranteed container's memory blocks are not
+    moved by a resize. single-numa-node refuses a grow past the node its CPUs and memory share;
+    best-effort grows past it and cpuset.mems stays the memory's node."""
+    settings = make_settings(workdir, topology_manager={"policy": policy},
+                             hints={"providers": ["cpu", "memory"]}, memory_manager={"reserved_memory": "0:memory=1Gi"})
+    topo = discover(settings.sysfs_root)
+    svc = new_service(settings, Engine.from_settings(settings, topo, memory=memory_policy(settings, topo)))
+    root = Path(settings.reconcile.cgroup_root)
+    c = container(GPOD, "app", 2000, 2000)
+    c.linux.resources.memory.limit.value = 1 << 30
+    async with running(settings, svc=svc) as r:
+        mine = await started(r, root, GPOD, c)
+        [node] = topo.numa_of(mine)
+        mems = str(node)
+        reply = await r.conn.update_container(resize(c, GPOD, 4000))
+        assert reply is not None
+        grown, grown_mems = cpuset_updates(reply.update)[c.id]
+        assert mine.issubset(CPUSet.parse(grown)) and topo.numa_of(CPUSet.parse(grown)) == [node]
+        assert grown_mems == mems
+        free_there = len(topo.numa_cpus[node] - CPUSet.parse(grown) - svc.tracker.engine.policy.reserved)
+        beyond = (4 + free_there + 1) * 1000  # one CPU more than the node has left
+        if policy == "single-numa-node":
+            with pytest.raises(TtrpcStatusError, match="TopologyAffinityError"):
+                await r.conn.update_container(resize(c, GPOD, beyond))
+            assert assignments(r.svc)[c.id]["cpus"] == grown
+        else:
+            reply = await r.conn.update_container(resize(c, GPOD, beyond))
+            assert reply is not None
+            cpus, cpu_mems = cpuset_updates(reply.update)[c.id]
+            assert len(topo.numa_of(CPUSet.parse(cpus))) == 2 and cpu_mems == mems  # the memory did not move
