@@ -261,6 +261,9 @@ class PinnerPlugin:
         """A kubelet resize or a cpuset-only update (README "Resize"; service/resize.py)."""
         return self.resizer.update_container(req)
 
+    def fallback_update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
+        return self.resizer.fallback_update_container(req)
+
     def update_pod_sandbox(self, req: api.UpdatePodSandboxRequest) -> api.UpdatePodSandboxResponse:
         """A pod-level resize (NRI >= v0.12): checked in pod scope, acted on per container."""
         return self.resizer.update_pod_sandbox(req)

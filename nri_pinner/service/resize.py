@@ -29,7 +29,7 @@ from ..engine.cpuset import CPUSet, CPUSetError
 from ..nri.gen import api_pb2 as api
 from .cpuset_sync import cpu_update
 from .intent import GUARANTEED, cpu_limit_milli, shares_to_milli
-from .tracker import Tracked
+from .tracker import Tracked, desired_of
 
 if TYPE_CHECKING:
     from .plugin import PinnerPlugin
@@ -99,6 +99,22 @@ class Resizer:
                         waited_s=GROW_WAIT_SECONDS)
         with tr.lock:
             return self._reply(t, True)
+
+    def fallback_update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
+        """Over budget: the container's cpuset from the newest published view (lock-free, on the wire
+        loop), never an empty answer, with which runc would apply containerd's stale create-time set.
+        A late resize still lands: its result is discarded and the syncer writes every cgroup again."""
+        self.plugin.metrics.late_replies.labels("UpdateContainer").inc()
+        view = self.plugin.tracker.published
+        t = view.containers.get(req.container.id) if view is not None else None
+        if view is None or t is None or t.stopped:
+            return api.UpdateContainerResponse()
+        engine = view.engine
+        cpus, mems = desired_of(engine, view.state, view.shared_pool, t.key,
+                                lambda c: ",".join(map(str, engine.mems_of(c))))
+        log.warning("update over budget: answered with the container's current cpuset", container=t.key[1],
+                    cpus=str(cpus))
+        return api.UpdateContainerResponse(update=[cpu_update(t.container_id, cpus, mems)])
 
     def update_pod_sandbox(self, req: api.UpdatePodSandboxRequest) -> api.UpdatePodSandboxResponse:
         """A pod-level resize (NRI >= v0.12 runtimes; older ones never subscribe us to it).

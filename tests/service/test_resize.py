@@ -8,7 +8,9 @@ and what status / metrics / the checkpoint show."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from svc_harness import (
@@ -20,6 +22,7 @@ from svc_harness import (
     cpuset_updates,
     create,
     make_settings,
+    mems_for,
     new_service,
     pod,
     running,
@@ -34,7 +37,7 @@ from nri_pinner.nri.stub_wire import TtrpcStatusError
 from nri_pinner.service import cgroup_writer
 from nri_pinner.service.alignment import memory_policy
 from nri_pinner.service.app import Service
-from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_3_0, RuntimeProfile
+from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, CONTAINERD_2_3_0, RuntimeProfile
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 B = container(BPOD, "app", 100)
@@ -256,3 +259,33 @@ async def test_a_memory_aligned_grow_stays_on_its_memory_node_or_is_refused(work
             assert reply is not None
             cpus, cpu_mems = cpuset_updates(reply.update)[c.id]
             assert len(topo.numa_of(CPUSet.parse(cpus))) == 2 and cpu_mems == mems  # the memory did not move
+
+
+async def test_an_update_over_budget_gets_the_current_cpuset_and_the_late_resize_still_lands(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = make_settings(workdir, nri={"budget_margin_ms": 400})
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings, CONTAINERD_2_1_9, request_timeout=1.0) as r:  # budget 0.6 s
+        online = r.topology.online
+        await started(r, root, BPOD, B)
+        mine = await started(r, root, GPOD, G)
+        engine = r.svc.tracker.engine
+        real = engine.resize
+
+        def slow(*args: Any) -> Any:
+            time.sleep(1.0)  # a blocked decision: past the budget, inside the runtime's timeout
+            return real(*args)
+
+        monkeypatch.setattr(engine, "resize", slow)
+        reply = await r.conn.update_container(resize(G, GPOD, 4000))
+        assert reply is not None and not r.conn.closed
+        assert cpuset_updates(reply.update) == {G.id: (str(mine), mems_for(r.topology, mine))}
+        assert r.svc.metrics.registry.get_sample_value(
+            "nri_pinner_late_handler_replies_total", {"method": "UpdateContainer"}) == 1
+        async with asyncio.timeout(5):
+            while len(CPUSet.parse(assignments(r.svc)[G.id]["cpus"])) != 4:
+                await asyncio.sleep(0.01)
+        grown = CPUSet.parse(assignments(r.svc)[G.id]["cpus"])
+        syncer = r.svc.plugin.syncer
+        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        assert held(root, G)[0] == grown and held(root, B)[0] == online - grown
