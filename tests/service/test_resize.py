@@ -21,6 +21,7 @@ from svc_harness import (
     container,
     cpuset_updates,
     create,
+    document,
     make_settings,
     mems_for,
     new_service,
@@ -32,6 +33,7 @@ from test_cgroup_pool import cgroup_dir, held, start
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.sysfs import discover
+from nri_pinner.inspect_cli import render_status
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import TtrpcStatusError
 from nri_pinner.service import cgroup_writer
@@ -166,6 +168,8 @@ async def test_a_refused_resize_fails_the_update_and_keeps_everything(
         assert doc["cpus"] == str(mine) and doc["resize"]["outcome"] == "refused"
         assert doc["resize"]["reason"] == reason and doc["resize"]["after"] == str(mine)
         assert count(r.svc, "refused", reason) == 1
+        text = render_status(document(r.svc))
+        assert f"gold/app: refused {mine} -> {mine} (admitted {mine}, {milli}m/{milli}m) {reason}: " in text
         assert held(root, B)[0] == online - mine and writes == []
         # the kubelet's retry with the old values is answered as usual
         reply = await r.conn.update_container(resize(G, GPOD, 2000))
