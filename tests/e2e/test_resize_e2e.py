@@ -10,6 +10,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from . import host_cleanup as hc
 from .harness import PrivateContainerd
 from .pinner import start_pinner
 
@@ -20,6 +21,14 @@ def _resize(runtime: PrivateContainerd, cid: str, milli: int) -> None:
     """The kubelet's resize of a Guaranteed container: request = limit (MilliCPUToShares, MilliCPUToQuota)."""
     runtime.cri.update_container_resources(cid, cpu_shares=milli * 1024 // 1000, cpu_quota=milli * PERIOD // 1000,
                                            cpu_period=PERIOD)
+
+
+def _quota(runtime: PrivateContainerd, cid: str) -> int:
+    """The container's cpu.cfs_quota_us (cgroup v1 cpu controller; v2: the first field of cpu.max)."""
+    rel = runtime.container_cgroups_path(cid).lstrip("/")
+    v1 = hc.CGROUP_ROOT / "cpu" / rel / "cpu.cfs_quota_us"
+    text = v1.read_text() if v1.exists() else (hc.CGROUP_ROOT / rel / "cpu.max").read_text().split()[0]
+    return int(text)
 
 
 def test_resize_fractional_to_exclusive_and_back_and_a_refused_grow(containerd: PrivateContainerd) -> None:
@@ -34,7 +43,7 @@ def test_resize_fractional_to_exclusive_and_back_and_a_refused_grow(containerd: 
     assert allowed() == ("0-1", "0-1")
 
     _resize(containerd, g, 1000)  # shared -> exclusive
-    assert allowed() == ("1", "0")
+    assert allowed() == ("1", "0") and _quota(containerd, g) == PERIOD
     assert containerd.cgroup_cpuset(g) == "1" and containerd.cgroup_cpuset(b) == "0"
     doc = pinner.assignment(g)
     assert (doc["exclusive"], doc["cpus"], doc["resize"]["outcome"]) == (True, "1", "to-exclusive")
@@ -45,7 +54,7 @@ def test_resize_fractional_to_exclusive_and_back_and_a_refused_grow(containerd: 
     text = str(refused.value.details())
     print(f"\ncontainerd {containerd.version}: refused grow -> {refused.value.code()}: {text}")
     assert "InsufficientCPUs" in text and "keeps CPUs 1" in text
-    assert allowed() == ("1", "0")
+    assert allowed() == ("1", "0") and _quota(containerd, g) == PERIOD  # runc update never ran: old quota
     doc = pinner.assignment(g)
     assert (doc["cpus"], doc["resize"]["outcome"], doc["resize"]["reason"]) == ("1", "refused", "InsufficientCPUs")
     log = containerd.log_text(offset)
