@@ -95,12 +95,13 @@ class CgroupSyncer:
         """Write every started container whose cgroup lags; returns the generation it started from."""
         tr = self.tracker
         with tr.lock:
-            generation = tr.generation
+            generation, shared = tr.generation, tr.shared_pool
             work = [(t, *tr.desired(t), (t.applied_cpus, t.applied_mems) if t.applied_cpus is not None else None)
                     for t in tr.containers.values()
                     if t.started and not t.stopped and (t.applied_cpus, t.applied_mems) != tr.desired(t)]
         done: list[tuple[Tracked, CPUSet, str, bool]] = []
-        work.sort(key=lambda w: widens_only(w[1], w[3]))  # stable: narrowing writes first (resize, README)
+        # narrowing writes first, the shared pool's before the others (a resize: README "Resize")
+        work.sort(key=lambda w: (widens_only(w[1], w[3]), w[1] != shared))
         for t, cpus, mems, known in work:
             try:
                 self.writer.apply(t.cgroups_path, cpus, mems, known)

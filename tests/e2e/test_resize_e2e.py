@@ -7,6 +7,10 @@ grow to 2 is refused. After each step the Cpus_allowed_list of the container and
 
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path
+
 import grpc
 import pytest
 
@@ -15,6 +19,7 @@ from .harness import PrivateContainerd
 from .pinner import start_pinner
 
 PERIOD = 100_000
+ROUNDS = 3
 
 
 def _resize(runtime: PrivateContainerd, cid: str, milli: int) -> None:
@@ -69,4 +74,56 @@ def test_resize_fractional_to_exclusive_and_back_and_a_refused_grow(containerd: 
     assert allowed() == ("1", "0")
     containerd.remove_pod(guar)
     assert containerd.cpus_allowed_list(b) == "0-1"
+    containerd.remove_pod(burst)
+
+
+def _allowed_of(status: Path) -> str:
+    for line in status.read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def test_no_sample_shares_the_cpu_a_resize_made_exclusive(containerd: PrivateContainerd) -> None:
+    """The window, sampled: while a Guaranteed container is resized 500m -> 1 CPU and back, a thread
+    reads the resized container's Cpus_allowed_list, then its neighbour's. Once the resized container
+    is confined to CPU 1 (first read), the neighbour's read after it must not include CPU 1: the
+    neighbour was narrowed before the resized container was."""
+    start_pinner(containerd)
+    guar = containerd.run_pod("guaranteed", 500, 500)  # created first: the order of the pass is not creation order
+    burst = containerd.run_pod("burstable", 250, 500)
+    (b,), (g,) = burst.container_ids, guar.container_ids
+    g_status, b_status = (Path(f"/proc/{containerd.container_pid(c)}/status") for c in (g, b))
+    samples: list[tuple[float, float, str, str]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            began = time.monotonic()
+            first, neighbour = _allowed_of(g_status), _allowed_of(b_status)
+            samples.append((began, time.monotonic(), first, neighbour))
+
+    windows: list[tuple[float, float]] = []
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        for _ in range(ROUNDS):
+            began = time.monotonic()
+            _resize(containerd, g, 1000)
+            assert containerd.cpus_allowed_list(g) == "1"
+            time.sleep(0.2)
+            windows.append((began, time.monotonic()))
+            _resize(containerd, g, 500)
+            assert containerd.cpus_allowed_list(b) == "0-1"
+    finally:
+        stop.set()
+        sampler.join(5)
+    # both reads inside a window: after the resize call began, before the call back to 500m began
+    inside = [s for s in samples if any(lo <= s[0] and s[1] < hi for lo, hi in windows)]
+    exclusive = [s for s in inside if s[2] == "1"]
+    leaks = [s for s in exclusive if s[3] != "0"]
+    print(f"\ncontainerd {containerd.version}: resize window check, {len(samples)} samples, {len(exclusive)} with the "
+          f"resized container on CPU 1, {len(leaks)} with its neighbour still on CPU 1")
+    assert len(exclusive) >= ROUNDS and leaks == []
+    containerd.remove_pod(guar)
     containerd.remove_pod(burst)

@@ -94,8 +94,8 @@ async def test_shared_to_exclusive_and_back_narrows_the_neighbours_first(
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
         online = r.topology.online
+        assert await started(r, root, GPOD, F) == online  # created first: the pass still writes B first
         await started(r, root, BPOD, B)
-        assert await started(r, root, GPOD, F) == online
         writes.clear()
 
         reply = await r.conn.update_container(resize(F, GPOD, 2000))
