@@ -293,3 +293,24 @@ async def test_an_update_over_budget_gets_the_current_cpuset_and_the_late_resize
         syncer = r.svc.plugin.syncer
         assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
         assert held(root, G)[0] == grown and held(root, B)[0] == online - grown
+
+
+async def test_fractional_to_integer_keeps_the_memory_where_it_is(workdir: Path) -> None:
+    """A fractional Guaranteed container holds Memory Manager blocks too; its resize to integer CPUs is
+    a fresh CPU admission that leaves them in place: cpuset.mems stays the memory's node."""
+    settings = make_settings(workdir, topology_manager={"policy": "single-numa-node"},
+                             hints={"providers": ["cpu", "memory"]}, memory_manager={"reserved_memory": "0:memory=1Gi"})
+    topo = discover(settings.sysfs_root)
+    svc = new_service(settings, Engine.from_settings(settings, topo, memory=memory_policy(settings, topo)))
+    root = Path(settings.reconcile.cgroup_root)
+    c = container(GPOD, "frac", 500, 500)
+    c.linux.resources.memory.limit.value = 1 << 30
+    async with running(settings, svc=svc) as r:
+        await started(r, root, GPOD, c)
+        memory = svc.tracker.engine.memory_mems(svc.tracker.state, GPOD.uid, "frac")
+        assert memory is not None and len(memory) == 1
+        reply = await r.conn.update_container(resize(c, GPOD, 2000))
+        assert reply is not None
+        cpus, mems = cpuset_updates(reply.update)[c.id]
+        assert len(CPUSet.parse(cpus)) == 2 and mems == str(memory[0])
+        assert svc.tracker.engine.memory_mems(svc.tracker.state, GPOD.uid, "frac") == memory
