@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..engine.cpumanager.resize import ResizeDecision
+from ..engine.cpumanager.resize import STRICT_POLICIES, ResizeDecision
+from ..engine.cpumanager.state import EngineState
 from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import CPUSet, CPUSetError
 from ..nri.gen import api_pb2 as api
@@ -162,6 +163,8 @@ class Resizer:
                        "CPUs come from a nri-pinner.io annotation; resize keeps them")
             return 0
         state, d = tr.engine.resize(tr.state, *t.key, t.intent.qos, request, limit)
+        if d.applied and d.added and (why := self._off_memory(state, t, d.cpus)):
+            d = replace(d, applied=False, reason="TopologyAffinityError", message=why)
         if not d.applied:
             self._note(t, "refused", d.reason, before, before, request, limit, d.message)
             tr.publish()  # status shows the refusal
@@ -175,6 +178,21 @@ class Resizer:
         if d.added and t.started and p.syncer is not None:
             return tr.generation
         return 0
+
+    def _off_memory(self, state: EngineState, t: Tracked, cpus: CPUSet) -> str:
+        """Why new exclusive CPUs break a strict policy's alignment with the container's memory blocks
+        ("" when they do not). A grow stays inside the admitted affinity already; fractional -> integer
+        is a CPU-only admission (the blocks stay where they are) and can land on another node."""
+        engine = self.plugin.tracker.engine
+        policy = engine.manager.policy.value
+        memory = engine.memory_mems(state, *t.key)
+        if policy not in STRICT_POLICIES or not memory:
+            return ""
+        nodes = engine.topology.numa_of(cpus)
+        if set(nodes) <= set(memory):
+            return ""
+        return (f"exclusive CPUs {cpus} would be on NUMA node(s) {nodes} but the container's memory is on "
+                f"{list(memory)} (topology manager policy {policy}; a resize does not move memory)")
 
     def _note(self, t: Tracked, outcome: str, reason: str, before: CPUSet, after: CPUSet, request: int,
               limit: int, message: str, d: ResizeDecision | None = None, seconds: float = 0.0) -> None:

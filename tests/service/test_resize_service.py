@@ -295,22 +295,33 @@ async def test_an_update_over_budget_gets_the_current_cpuset_and_the_late_resize
         assert held(root, G)[0] == grown and held(root, B)[0] == online - grown
 
 
-async def test_fractional_to_integer_keeps_the_memory_where_it_is(workdir: Path) -> None:
-    """A fractional Guaranteed container holds Memory Manager blocks too; its resize to integer CPUs is
-    a fresh CPU admission that leaves them in place: cpuset.mems stays the memory's node."""
-    settings = make_settings(workdir, topology_manager={"policy": "single-numa-node"},
+@pytest.mark.parametrize("policy", ["single-numa-node", "best-effort"])
+async def test_fractional_to_integer_away_from_its_memory(workdir: Path, policy: str) -> None:
+    """A fractional Guaranteed container holds Memory Manager blocks too (here on node 1: node 0's
+    memory is taken). Its resize to integer CPUs is a CPU-only admission that would pick node 0:
+    single-numa-node refuses it, best-effort takes it and cpuset.mems stays the memory's node."""
+    settings = make_settings(workdir, topology_manager={"policy": policy},
                              hints={"providers": ["cpu", "memory"]}, memory_manager={"reserved_memory": "0:memory=1Gi"})
     topo = discover(settings.sysfs_root)
     svc = new_service(settings, Engine.from_settings(settings, topo, memory=memory_policy(settings, topo)))
     root = Path(settings.reconcile.cgroup_root)
-    c = container(GPOD, "frac", 500, 500)
-    c.linux.resources.memory.limit.value = 1 << 30
+    big, frac = container(GPOD, "big", 2000, 2000), container(GPOD, "frac", 500, 500)
+    big.linux.resources.memory.limit.value, frac.linux.resources.memory.limit.value = 6 << 30, 2 << 30
     async with running(settings, svc=svc) as r:
-        await started(r, root, GPOD, c)
-        memory = svc.tracker.engine.memory_mems(svc.tracker.state, GPOD.uid, "frac")
-        assert memory is not None and len(memory) == 1
-        reply = await r.conn.update_container(resize(c, GPOD, 2000))
-        assert reply is not None
-        cpus, mems = cpuset_updates(reply.update)[c.id]
-        assert len(CPUSet.parse(cpus)) == 2 and mems == str(memory[0])
-        assert svc.tracker.engine.memory_mems(svc.tracker.state, GPOD.uid, "frac") == memory
+        await started(r, root, GPOD, big)
+        shared = await started(r, root, GPOD, frac)
+        assert svc.tracker.engine.memory_mems(svc.tracker.state, GPOD.uid, "big") == (0,)
+        assert svc.tracker.engine.memory_mems(svc.tracker.state, GPOD.uid, "frac") == (1,)
+        if policy == "single-numa-node":
+            with pytest.raises(TtrpcStatusError, match=r"TopologyAffinityError: exclusive CPUs .* on NUMA node\(s\) "
+                               r"\[0\] but the container's memory is on \[1\]"):
+                await r.conn.update_container(resize(frac, GPOD, 2000))
+            doc = assignments(r.svc)[frac.id]
+            assert (doc["exclusive"], doc["cpus"], doc["resize"]["reason"]) == (False, str(shared),
+                                                                                "TopologyAffinityError")
+            assert count(r.svc, "refused", "TopologyAffinityError") == 1
+        else:
+            reply = await r.conn.update_container(resize(frac, GPOD, 2000))
+            assert reply is not None
+            cpus, mems = cpuset_updates(reply.update)[frac.id]
+            assert topo.numa_of(CPUSet.parse(cpus)) == [0] and mems == "1"
