@@ -11,19 +11,29 @@ Target: p99 < 1 ms per decision. Both the wall-clock and the thread-CPU-time p99
 printed; the verdict uses the CPU time, because on a loaded shared machine the wall p99 is
 dominated by preemption from other processes, not by the decision. Exit status 1 if missed.
 
-    .venv/bin/python benchmarks/bench_resize.py [--repeat N] [--seed S]
+With ``--service N`` it also prints the service round trip of a resize: NRI UpdateContainer
+through the fake runtime, the real stub and the whole service (the dual-socket fixture, N started
+Burstable containers with cgroup-v1 cpuset files in a temp tree). A grow is answered after the
+syncer pass that narrowed the N neighbours; a shrink is answered at once. No target: figures only.
+
+    .venv/bin/python benchmarks/bench_resize.py [--repeat N] [--seed S] [--service 50]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
+import logging
 import platform
 import random
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 
+import structlog
 from shapes import machine
 
 from nri_pinner.config import from_mapping
@@ -106,9 +116,60 @@ def run(repeat: int, seed: int) -> bool:
     return ok
 
 
+async def service_round_trip(workdir: Path, shared: int, repeat: int) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit/ is in the checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "service"))
+    from svc_harness import PERIOD, container, create, make_settings, pod, running  # type: ignore[import-not-found]
+
+    from nri_pinner.nri.gen import api_pb2 as api
+
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+
+    async def started(p: api.PodSandbox, c: api.Container) -> None:
+        reply = await r.conn.create_container(create(p, c))
+        d = root / "cpuset" / c.linux.cgroups_path.strip("/")
+        d.mkdir(parents=True)
+        (d / "cpuset.cpus").write_text(reply.adjust.linux.resources.cpu.cpus + "\n")
+        (d / "cpuset.mems").write_text(reply.adjust.linux.resources.cpu.mems + "\n")
+        await r.conn.state_change(api.START_CONTAINER, p, c)
+
+    def update(c: api.Container, p: api.PodSandbox, milli: int) -> api.UpdateContainerRequest:
+        req = api.UpdateContainerRequest(pod=p, container=c)
+        req.linux_resources.cpu.shares.value = milli * 1024 // 1000
+        req.linux_resources.cpu.quota.value, req.linux_resources.cpu.period.value = milli * PERIOD // 1000, PERIOD
+        return req
+
+    timings: dict[str, list[float]] = {"grow 2 -> 4": [], "shrink 4 -> 2": []}
+    async with running(settings) as r:
+        bpod = pod("burst", "burstable")
+        for i in range(shared):
+            await started(bpod, container(bpod, f"b{i}", 100))
+        gpod = pod("gold")
+        g = container(gpod, "app", 2000, 2000)
+        await started(gpod, g)
+        for _ in range(repeat):
+            for name, milli in (("grow 2 -> 4", 4000), ("shrink 4 -> 2", 2000)):
+                t0 = time.perf_counter()
+                await r.conn.update_container(update(g, gpod, milli))
+                timings[name].append((time.perf_counter() - t0) * 1000)
+    print(f"\nservice round trip of a resize (fake runtime 1.7.24 profile, dual-socket fixture, {shared} started "
+          f"shared containers, cgroup files in a temp dir), {repeat} samples each")
+    for name, ms in timings.items():
+        print(f"  {name:14} median {statistics.median(ms):7.3f} ms   p99 {_p99(ms):7.3f} ms   max {max(ms):7.3f} ms")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeat", type=int, default=300, help="samples per row (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--service", type=int, default=0, metavar="N",
+                        help="also time the service round trip with N shared containers (default: off)")
     args = parser.parse_args()
-    sys.exit(0 if run(args.repeat, args.seed) else 1)
+    ok = run(args.repeat, args.seed)
+    if args.service:
+        logging.disable(logging.WARNING)
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+        with tempfile.TemporaryDirectory(prefix="bench-resize-") as tmp:
+            asyncio.run(service_round_trip(Path(tmp), args.service, min(args.repeat, 200)))
+    sys.exit(0 if ok else 1)

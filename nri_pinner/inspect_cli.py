@@ -96,6 +96,14 @@ def render_status(doc: dict[str, Any]) -> str:
                 parts += [f"{provider}[{r}] {text}" if r != provider else f"{provider} {text}"
                           for r, text in by_resource.items()]
             lines.append(f"  {a['pod']}/{a['container']}: " + " | ".join(parts))
+    resized = [a for a in doc["assignments"] if a.get("resize")]
+    if resized:  # the newest in-place resize per container; the admitted set is the shrink floor
+        lines += ["", "last resize (admitted = baseline):"]
+        for a in resized:
+            r = a["resize"]
+            why = f" {r['reason']}: {r['message']}" if r.get("reason") else ""
+            lines.append(f"  {a['pod']}/{a['container']}: {r['outcome']} {r['before']} -> {r['after']} "
+                         f"(admitted {a['admitted'] or '-'}, {r['request_milli']}m/{r['limit_milli']}m){why}")
     rejected = [d for d in doc["decisions"] if d.get("outcome") in ("rejected", "fail-open")]
     if rejected:
         lines += ["", "recent rejections:"]

@@ -36,6 +36,12 @@ def background_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # Linux: per-thread nice by tid
 
 
+def widens_only(cpus: CPUSet, known: tuple[CPUSet | None, str] | None) -> bool:
+    """The write only adds CPUs to what the cgroup is known to hold. A pass writes these last, so a
+    CPU moving between containers (a resize) leaves its old holder before its new one gets it."""
+    return known is not None and known[0] is not None and known[0].issubset(cpus)
+
+
 class CgroupSyncer:
     def __init__(self, tracker: Tracker, writer: CpusetWriter) -> None:
         self.tracker, self.writer = tracker, writer
@@ -89,11 +95,13 @@ class CgroupSyncer:
         """Write every started container whose cgroup lags; returns the generation it started from."""
         tr = self.tracker
         with tr.lock:
-            generation = tr.generation
+            generation, shared = tr.generation, tr.shared_pool
             work = [(t, *tr.desired(t), (t.applied_cpus, t.applied_mems) if t.applied_cpus is not None else None)
                     for t in tr.containers.values()
                     if t.started and not t.stopped and (t.applied_cpus, t.applied_mems) != tr.desired(t)]
         done: list[tuple[Tracked, CPUSet, str, bool]] = []
+        # narrowing writes first, the shared pool's before the others (a resize: README "Resize")
+        work.sort(key=lambda w: (widens_only(w[1], w[3]), w[1] != shared))
         for t, cpus, mems, known in work:
             try:
                 self.writer.apply(t.cgroups_path, cpus, mems, known)

@@ -46,6 +46,7 @@ def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int 
             "admitted": str(a.admitted) if a and a.exclusive else "", "init": t.intent.init,
             "stopped": t.stopped, "intent_source": t.intent.source,
             **({"hints": t.hints} if t.hints else {}),
+            **({"resize": t.last_resize} if t.last_resize else {}),
         })
     pools = {
         "shared": str(shared), "reserved": str(engine.policy.reserved),

@@ -29,8 +29,12 @@ REJECTIONS: dict[str, str] = {
 }
 FAIL_OPEN_CAUSES = ("rejected", "timeout")
 BAD_INPUT_SOURCES = ("annotation", "container")  # create refused, or kept shared at Synchronize
-LATE_METHODS = ("CreateContainer",)
+LATE_METHODS = ("CreateContainer", "UpdateContainer")
 REPAIR_PATHS = ("cri", "next-reply")
+# in-place resize outcomes (engine ResizeDecision.kind) and refusal reasons (README "Resize")
+RESIZE_KINDS = ("grow", "shrink", "to-exclusive", "to-shared", "unchanged", "shared", "annotation")
+RESIZE_REFUSALS = ("InsufficientCPUs", "SMTAlignmentError", "TopologyAffinityError", "ResizeBelowBaseline",
+                   "QoSClassChange", "AdmissionError", "UnknownContainer")
 PROVIDERS = ("cpu", "static", "devices", "memory", "nics")  # hint providers, as the engine names them
 
 
@@ -99,6 +103,12 @@ class Metrics:
         for provider in PROVIDERS:
             self.provider_admissions.labels(provider)
             self.provider_rejections.labels(provider)
+        self.resizes = Counter("nri_pinner_resizes", "In-place resizes (NRI UpdateContainer with CPU shares or "
+                               "quota): applied by kind, or refused by reason", ["outcome", "reason"], registry=r)
+        for kind in RESIZE_KINDS:
+            self.resizes.labels(kind, "")
+        for reason in RESIZE_REFUSALS:
+            self.resizes.labels("refused", reason)
         self.runtime = RuntimeInfo()
         self.stub: ConnectionView | None = None
         self.tracker: Tracker | None = None

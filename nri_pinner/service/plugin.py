@@ -28,11 +28,12 @@ from .cgroup_sync import CgroupSyncer
 from .cgroup_writer import CpusetWriter, unwritable
 from .cgroups import CgroupError
 from .checkpoint_writer import CheckpointWriter, Snapshot
-from .cpuset_sync import cpu_update, reply_updates
+from .cpuset_sync import reply_updates
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
 from .netns import NicLookup
 from .rebuild import checkpoint_entries, note_unreadable, rebuild, repin_waiting
+from .resize import Resizer
 from .tracker import Containers, Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")
@@ -63,6 +64,7 @@ class PinnerPlugin:
             log.warning("cgroup writes off: pool changes travel as NRI updates in the replies", reason=why)
             self.writer = None
         self.syncer = CgroupSyncer(tracker, self.writer) if self.writer is not None else None
+        self.resizer = Resizer(self)
 
     # -- helpers (call with the tracker lock held) ----------------------------------------------
     def _pending_updates(self, exclude: str = "") -> list[api.ContainerUpdate]:
@@ -256,35 +258,15 @@ class PinnerPlugin:
             self._commit()
 
     def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
-        """Answer every update of a tracked container with its current cpuset.
+        """A kubelet resize or a cpuset-only update (README "Resize"; service/resize.py)."""
+        return self.resizer.update_container(req)
 
-        containerd merges a CRI update into its stored spec, which still holds the cpuset from the
-        create (our cgroup writes never reach it), and hands all of it to runc: without our answer a
-        kubelet resize would put a shared container back on CPUs that are exclusive now.
-        Rule (README "Our updates and the kubelet's"): cpus set, shares and quota unset (0) = a
-        cpuset-only update: ours when it asks for the desired set, anyone else's is undone; shares or
-        quota set = a kubelet resize (its cpuset, if any, is the stale or kubelet-side one: replaced).
-        """
-        cpu = req.linux_resources.cpu
-        cpuset_only = bool(cpu.cpus) and not cpu.shares.value and not cpu.quota.value
-        tr = self.tracker
-        with tr.lock:
-            t = tr.containers.get(req.container.id)
-            if t is None or t.stopped:
-                return api.UpdateContainerResponse(update=self._pending_updates())
-            desired, mems = tr.desired(t)
-            try:
-                asked: CPUSet | None = CPUSet.parse(cpu.cpus) if cpu.cpus else None
-            except CPUSetError:
-                asked = None
-            if cpuset_only and asked != desired:
-                log.warning("cpuset changed through CRI by someone else; restoring", container=t.key[1],
-                            asked=cpu.cpus, desired=str(desired))
-            elif not cpuset_only:
-                self._note_resize(t, req.linux_resources)
-            t.applied_cpus, t.applied_mems = desired, mems
-            updates = [cpu_update(t.container_id, desired, mems), *self._pending_updates(exclude=t.container_id)]
-            return api.UpdateContainerResponse(update=updates)
+    def fallback_update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
+        return self.resizer.fallback_update_container(req)
+
+    def update_pod_sandbox(self, req: api.UpdatePodSandboxRequest) -> api.UpdatePodSandboxResponse:
+        """A pod-level resize (NRI >= v0.12): checked in pod scope, acted on per container."""
+        return self.resizer.update_pod_sandbox(req)
 
     def start_container(self, event: api.StateChangeEvent) -> None:
         """An exclusive container starts only once no started container's cgroup holds its CPUs."""
@@ -388,13 +370,3 @@ class PinnerPlugin:
         res = pod.linux.pod_resources.cpu
         limit = cpu_limit_milli(res)
         return guaranteed_cpus(QoS.GUARANTEED, limit, limit) or None
-
-    def _note_resize(self, t: Tracked, resources: api.LinuxResources) -> None:
-        a = self.tracker.assignment(t)
-        if a is None or not a.exclusive or t.intent.qos != GUARANTEED:
-            return
-        cpu = resources.cpu
-        limit = cpu_limit_milli(cpu)
-        if limit and limit != len(a.current) * 1000:
-            log.warning("in-place resize of exclusive CPUs is not implemented yet; keeping the assignment",
-                        container=t.key[1], cpus=str(a.current), new_limit_milli=limit)

@@ -34,6 +34,7 @@ class Tracked:
     applied_cpus: CPUSet | None = None  # what the runtime was last told; None = unknown, resend
     applied_mems: str = ""
     hints: dict[str, Any] = field(default_factory=dict)  # merged hint + each provider's, from admission
+    last_resize: dict[str, Any] | None = None  # the newest in-place resize's result (status), replaced whole
 
     @property
     def key(self) -> tuple[str, str]:

@@ -21,7 +21,7 @@ from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import TtrpcStatusError
 from nri_pinner.service.app import Service
 from nri_pinner.service.inspect import start_server
-from nri_pinner.service.metrics import REJECTIONS
+from nri_pinner.service.metrics import REJECTIONS, RESIZE_KINDS, RESIZE_REFUSALS
 from nri_pinner.service.metrics_http import Listener
 from testkit.fake_runtime import CONTAINERD_2_3_0, FakeRuntime, running_stub
 
@@ -159,7 +159,11 @@ async def test_series_exist_at_zero_and_count_per_numa_node(listening: tuple[Ser
         (("provider", provider), ("reason", reason)): 0 for reason, provider in REJECTIONS.items()}
     assert series(m, "nri_pinner_pinning_errors_total") == {(("reason", r),): 0 for r in REJECTIONS}
     assert series(m, "nri_pinner_fail_open_total") == {(("cause", "rejected"),): 0, (("cause", "timeout"),): 0}
-    assert series(m, "nri_pinner_late_handler_replies_total") == {(("method", "CreateContainer"),): 0}
+    assert series(m, "nri_pinner_late_handler_replies_total") == {
+        (("method", "CreateContainer"),): 0, (("method", "UpdateContainer"),): 0}
+    assert series(m, "nri_pinner_resizes_total") == {
+        **{(("outcome", k), ("reason", "")): 0 for k in RESIZE_KINDS},
+        **{(("outcome", "refused"), ("reason", r)): 0 for r in RESIZE_REFUSALS}}
     assert series(m, "nri_pinner_reconcile_repairs_total") == {(("path", "cri"),): 0, (("path", "next-reply"),): 0}
     # process_* from the process itself (not a custom registry without them)
     assert m[("process_resident_memory_bytes", ())] > 0 and ("process_cpu_seconds_total", ()) in m

@@ -1,6 +1,6 @@
 """In-place resize of one container's CPUs, as pure functions over ``EngineState``.
 
-Rules (from the kubelet's KEP-5554 work, see README "Resize (engine)"):
+Rules (from the kubelet's KEP-5554 work, see README "Resize"):
 
 * grow: every CPU the container holds stays; the new ones come from the free exclusive pool,
   next to the held ones (``take_by_topology_for_resize``); under full-pcpus-only only whole

@@ -1,0 +1,327 @@
+"""In-place resize through the service (README "Resize"): NRI UpdateContainer with the kubelet's
+shares/quota, through the real stub and the fake runtime, on a cgroup-v1 tree built in tmp.
+
+Dual-socket fixture: 12 CPUs, core c = {c, c+6}, CPU 0 reserved. Each test checks what the cgroup
+files hold and in which order they were written (the no-window rule), what the reply carries,
+and what status / metrics / the checkpoint show."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from svc_harness import (
+    PERIOD,
+    Running,
+    assignments,
+    checkpoint_entries,
+    container,
+    cpuset_updates,
+    create,
+    document,
+    make_settings,
+    mems_for,
+    new_service,
+    pod,
+    running,
+)
+from test_cgroup_pool import cgroup_dir, held, start
+
+from nri_pinner.engine.admission import Engine
+from nri_pinner.engine.cpuset import CPUSet
+from nri_pinner.engine.topology.sysfs import discover
+from nri_pinner.inspect_cli import render_status
+from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.nri.stub_wire import TtrpcStatusError
+from nri_pinner.service import cgroup_writer
+from nri_pinner.service.alignment import memory_policy
+from nri_pinner.service.app import Service
+from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, CONTAINERD_2_3_0, RuntimeProfile
+
+BPOD, GPOD = pod("burst", "burstable"), pod("gold")
+B = container(BPOD, "app", 100)
+G = container(GPOD, "app", 2000, 2000)
+F = container(GPOD, "frac", 500, 500)  # Guaranteed, fractional: on the shared pool
+
+
+def resize(c: api.Container, p: api.PodSandbox, milli: int, limit: int | None = None) -> api.UpdateContainerRequest:
+    """The kubelet's UpdateContainerResources as containerd relays it (its stored spec keeps the create's cpuset)."""
+    req = api.UpdateContainerRequest(pod=p, container=c)
+    cpu = req.linux_resources.cpu
+    cpu.shares.value = max(2, milli * 1024 // 1000)  # kubelet MilliCPUToShares
+    limit = milli if limit is None else limit
+    if limit:
+        cpu.quota.value, cpu.period.value = limit * PERIOD // 1000, PERIOD
+    cpu.cpus = c.linux.resources.cpu.cpus
+    return req
+
+
+def count(svc: Service, outcome: str, reason: str = "") -> float:
+    return float(svc.metrics.resizes.labels(outcome, reason)._value.get())
+
+
+async def started(r: Running, root: Path, p: api.PodSandbox, c: api.Container) -> CPUSet:
+    """Create and start `c` (its cgroup holds what the create answered); returns its cpuset."""
+    reply = await r.conn.create_container(create(p, c))
+    assert reply is not None
+    cpus = reply.adjust.linux.resources.cpu.cpus
+    start(root, c, cpus, reply.adjust.linux.resources.cpu.mems)
+    await r.conn.state_change(api.START_CONTAINER, p, c)
+    return CPUSet.parse(cpus)
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Every cgroup cpuset.cpus write, in order: (container directory name, cpus)."""
+    log: list[tuple[str, str]] = []
+    real = cgroup_writer._write
+
+    def recording(path: str, text: str) -> None:
+        real(path, text)
+        if path.endswith("cpuset.cpus"):
+            log.append((Path(path).parent.name, text.strip()))
+
+    monkeypatch.setattr(cgroup_writer, "_write", recording)
+    return log
+
+
+async def test_shared_to_exclusive_and_back_narrows_the_neighbours_first(
+        workdir: Path, writes: list[tuple[str, str]]) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        assert await started(r, root, GPOD, F) == online  # created first: the pass still writes B first
+        await started(r, root, BPOD, B)
+        writes.clear()
+
+        reply = await r.conn.update_container(resize(F, GPOD, 2000))
+        assert reply is not None
+        mine = CPUSet.parse(cpuset_updates(reply.update)[F.id][0])
+        assert len(mine) == 2 and 0 not in mine
+        pool = online - mine
+        # answered only once both cgroups were written, the neighbour's first
+        assert held(root, B)[0] == pool and held(root, F)[0] == mine
+        assert writes == [(B.id, str(pool)), (F.id, str(mine))]
+        doc = assignments(r.svc)[F.id]
+        assert (doc["exclusive"], doc["cpus"], doc["admitted"]) == (True, str(mine), str(mine))
+        assert doc["resize"]["outcome"] == "to-exclusive" and doc["resize"]["before"] == str(online)
+        assert count(r.svc, "to-exclusive") == 1
+
+        writes.clear()
+        reply = await r.conn.update_container(resize(F, GPOD, 500))  # back to fractional
+        assert reply is not None and cpuset_updates(reply.update)[F.id][0] == str(online)
+        syncer = r.svc.plugin.syncer
+        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        assert held(root, B)[0] == online and held(root, F)[0] == online
+        assert assignments(r.svc)[F.id]["resize"]["released"] == str(mine)
+        assert count(r.svc, "to-shared") == 1
+
+
+async def test_grow_keeps_every_cpu_and_shrink_narrows_the_container_before_the_pool(
+        workdir: Path, writes: list[tuple[str, str]]) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await started(r, root, BPOD, B)
+        baseline = await started(r, root, GPOD, G)
+        syncer = r.svc.plugin.syncer
+        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        writes.clear()
+
+        reply = await r.conn.update_container(resize(G, GPOD, 4000))
+        assert reply is not None
+        grown = CPUSet.parse(cpuset_updates(reply.update)[G.id][0])
+        assert len(grown) == 4 and baseline.issubset(grown)
+        assert writes == [(B.id, str(online - grown)), (G.id, str(grown))]  # the neighbour narrowed first
+        entry = checkpoint_entries(settings)[G.id]
+        assert (entry["admitted"], entry["current"]) == (str(baseline), str(grown))
+
+        writes.clear()
+        reply = await r.conn.update_container(resize(G, GPOD, 2000))
+        assert reply is not None and cpuset_updates(reply.update)[G.id][0] == str(baseline)
+        assert await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        assert writes == [(G.id, str(baseline)), (B.id, str(online - baseline))]  # the container narrowed first
+        assert count(r.svc, "grow") == 1 and count(r.svc, "shrink") == 1
+
+
+@pytest.mark.parametrize(("milli", "reason"), [(12000, "InsufficientCPUs"), (1000, "ResizeBelowBaseline")])
+async def test_a_refused_resize_fails_the_update_and_keeps_everything(
+        workdir: Path, writes: list[tuple[str, str]], milli: int, reason: str) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await started(r, root, BPOD, B)
+        mine = await started(r, root, GPOD, G)
+        syncer = r.svc.plugin.syncer
+        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        writes.clear()
+        with pytest.raises(TtrpcStatusError, match=rf"resize of 'app' to {milli}m/{milli}m refused: {reason}"):
+            await r.conn.update_container(resize(G, GPOD, milli))
+        assert r.conn.peer is not None and not r.conn.peer.closed  # a refusal, not a dropped plugin
+        doc = assignments(r.svc)[G.id]
+        assert doc["cpus"] == str(mine) and doc["resize"]["outcome"] == "refused"
+        assert doc["resize"]["reason"] == reason and doc["resize"]["after"] == str(mine)
+        assert count(r.svc, "refused", reason) == 1
+        text = render_status(document(r.svc))
+        assert f"gold/app: refused {mine} -> {mine} (admitted {mine}, {milli}m/{milli}m) {reason}: " in text
+        assert held(root, B)[0] == online - mine and writes == []
+        # the kubelet's retry with the old values is answered as usual
+        reply = await r.conn.update_container(resize(G, GPOD, 2000))
+        assert reply is not None and cpuset_updates(reply.update)[G.id][0] == str(mine)
+
+
+async def test_a_burstable_container_is_never_made_exclusive(workdir: Path) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await started(r, root, BPOD, B)
+        reply = await r.conn.update_container(resize(B, BPOD, 2000))  # request = limit, still Burstable
+        assert reply is not None and cpuset_updates(reply.update)[B.id][0] == str(online)
+        assert assignments(r.svc)[B.id]["exclusive"] is False and count(r.svc, "shared") == 1
+
+
+async def test_admitted_and_current_sets_survive_a_restart(workdir: Path) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        baseline = await started(r, root, GPOD, G)
+        reply = await r.conn.update_container(resize(G, GPOD, 4000))
+        assert reply is not None
+        grown = CPUSet.parse(cpuset_updates(reply.update)[G.id][0])
+    # the runtime's record after the resize: the new quota/shares, the create's cpuset
+    g = container(GPOD, "app", 4000, 4000, cpus=str(baseline))
+    async with running(settings, pods=[GPOD], containers=[g]) as r2:
+        assert held(root, G)[0] == grown
+        doc = assignments(r2.svc)[G.id]
+        assert (doc["cpus"], doc["admitted"]) == (str(grown), str(baseline))
+        # and the baseline still bounds a shrink after the restart
+        with pytest.raises(TtrpcStatusError, match="ResizeBelowBaseline"):
+            await r2.conn.update_container(resize(g, GPOD, 1000))
+    assert cgroup_dir(root, G).exists()
+
+
+@pytest.mark.parametrize("profile", [CONTAINERD_1_7_24, CONTAINERD_2_3_0])
+async def test_update_pod_sandbox_only_where_the_runtime_has_it(
+        workdir: Path, profile: RuntimeProfile, capsys: pytest.CaptureFixture[str]) -> None:
+    """NRI v0.12 (containerd 2.3) sends UpdatePodSandbox; older runtimes never subscribe us to it.
+    In pod scope a pod grow the node cannot give is reported; the containers' updates decide."""
+    settings = make_settings(workdir, topology_manager={"scope": "pod"})
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings, profile) as r:
+        mine = await started(r, root, GPOD, G)
+        req = api.UpdatePodSandboxRequest(pod=GPOD)
+        req.linux_resources.cpu.quota.value, req.linux_resources.cpu.period.value = 12 * PERIOD, PERIOD
+        answer = await r.conn.update_pod_sandbox(req)
+        if profile is CONTAINERD_1_7_24:
+            assert answer is None and "UpdatePodSandbox" not in r.conn.calls
+            return
+        assert answer == api.UpdatePodSandboxResponse()
+        assert "pod resize cannot get its exclusive CPUs" in capsys.readouterr().out
+        req.linux_resources.cpu.quota.value = 3 * PERIOD  # one more CPU: fits
+        assert await r.conn.update_pod_sandbox(req) == api.UpdatePodSandboxResponse()
+        out = capsys.readouterr().out
+        assert "pod resized" in out and "cannot get" not in out
+        assert assignments(r.svc)[G.id]["cpus"] == str(mine)  # nothing moves before the container's update
+
+
+@pytest.mark.parametrize("policy", ["single-numa-node", "best-effort"])
+async def test_a_memory_aligned_grow_stays_on_its_memory_node_or_is_refused(workdir: Path, policy: str) -> None:
+    """Memory Manager on (README "Resize": memory): a Guaranteed container's memory blocks are not
+    moved by a resize. single-numa-node refuses a grow past the node its CPUs and memory share;
+    best-effort grows past it and cpuset.mems stays the memory's node."""
+    settings = make_settings(workdir, topology_manager={"policy": policy},
+                             hints={"providers": ["cpu", "memory"]}, memory_manager={"reserved_memory": "0:memory=1Gi"})
+    topo = discover(settings.sysfs_root)
+    svc = new_service(settings, Engine.from_settings(settings, topo, memory=memory_policy(settings, topo)))
+    root = Path(settings.reconcile.cgroup_root)
+    c = container(GPOD, "app", 2000, 2000)
+    c.linux.resources.memory.limit.value = 1 << 30
+    async with running(settings, svc=svc) as r:
+        mine = await started(r, root, GPOD, c)
+        [node] = topo.numa_of(mine)
+        mems = str(node)
+        reply = await r.conn.update_container(resize(c, GPOD, 4000))
+        assert reply is not None
+        grown, grown_mems = cpuset_updates(reply.update)[c.id]
+        assert mine.issubset(CPUSet.parse(grown)) and topo.numa_of(CPUSet.parse(grown)) == [node]
+        assert grown_mems == mems
+        free_there = len(topo.numa_cpus[node] - CPUSet.parse(grown) - svc.tracker.engine.policy.reserved)
+        beyond = (4 + free_there + 1) * 1000  # one CPU more than the node has left
+        if policy == "single-numa-node":
+            with pytest.raises(TtrpcStatusError, match="TopologyAffinityError"):
+                await r.conn.update_container(resize(c, GPOD, beyond))
+            assert assignments(r.svc)[c.id]["cpus"] == grown
+        else:
+            reply = await r.conn.update_container(resize(c, GPOD, beyond))
+            assert reply is not None
+            cpus, cpu_mems = cpuset_updates(reply.update)[c.id]
+            assert len(topo.numa_of(CPUSet.parse(cpus))) == 2 and cpu_mems == mems  # the memory did not move
+
+
+async def test_an_update_over_budget_gets_the_current_cpuset_and_the_late_resize_still_lands(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = make_settings(workdir, nri={"budget_margin_ms": 400})
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings, CONTAINERD_2_1_9, request_timeout=1.0) as r:  # budget 0.6 s
+        online = r.topology.online
+        await started(r, root, BPOD, B)
+        mine = await started(r, root, GPOD, G)
+        engine = r.svc.tracker.engine
+        real = engine.resize
+
+        def slow(*args: Any) -> Any:
+            time.sleep(1.0)  # a blocked decision: past the budget, inside the runtime's timeout
+            return real(*args)
+
+        monkeypatch.setattr(engine, "resize", slow)
+        reply = await r.conn.update_container(resize(G, GPOD, 4000))
+        assert reply is not None and not r.conn.closed
+        assert cpuset_updates(reply.update) == {G.id: (str(mine), mems_for(r.topology, mine))}
+        assert r.svc.metrics.registry.get_sample_value(
+            "nri_pinner_late_handler_replies_total", {"method": "UpdateContainer"}) == 1
+        async with asyncio.timeout(5):
+            while len(CPUSet.parse(assignments(r.svc)[G.id]["cpus"])) != 4:
+                await asyncio.sleep(0.01)
+        grown = CPUSet.parse(assignments(r.svc)[G.id]["cpus"])
+        syncer = r.svc.plugin.syncer
+        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        assert held(root, G)[0] == grown and held(root, B)[0] == online - grown
+
+
+@pytest.mark.parametrize("policy", ["single-numa-node", "best-effort"])
+async def test_fractional_to_integer_away_from_its_memory(workdir: Path, policy: str) -> None:
+    """A fractional Guaranteed container holds Memory Manager blocks too (here on node 1: node 0's
+    memory is taken). Its resize to integer CPUs is a CPU-only admission that would pick node 0:
+    single-numa-node refuses it, best-effort takes it and cpuset.mems stays the memory's node."""
+    settings = make_settings(workdir, topology_manager={"policy": policy},
+                             hints={"providers": ["cpu", "memory"]}, memory_manager={"reserved_memory": "0:memory=1Gi"})
+    topo = discover(settings.sysfs_root)
+    svc = new_service(settings, Engine.from_settings(settings, topo, memory=memory_policy(settings, topo)))
+    root = Path(settings.reconcile.cgroup_root)
+    big, frac = container(GPOD, "big", 2000, 2000), container(GPOD, "frac", 500, 500)
+    big.linux.resources.memory.limit.value, frac.linux.resources.memory.limit.value = 6 << 30, 2 << 30
+    async with running(settings, svc=svc) as r:
+        await started(r, root, GPOD, big)
+        shared = await started(r, root, GPOD, frac)
+        assert svc.tracker.engine.memory_mems(svc.tracker.state, GPOD.uid, "big") == (0,)
+        assert svc.tracker.engine.memory_mems(svc.tracker.state, GPOD.uid, "frac") == (1,)
+        if policy == "single-numa-node":
+            with pytest.raises(TtrpcStatusError, match=r"TopologyAffinityError: exclusive CPUs .* on NUMA node\(s\) "
+                               r"\[0\] but the container's memory is on \[1\]"):
+                await r.conn.update_container(resize(frac, GPOD, 2000))
+            doc = assignments(r.svc)[frac.id]
+            assert (doc["exclusive"], doc["cpus"], doc["resize"]["reason"]) == (False, str(shared),
+                                                                                "TopologyAffinityError")
+            assert count(r.svc, "refused", "TopologyAffinityError") == 1
+        else:
+            reply = await r.conn.update_container(resize(frac, GPOD, 2000))
+            assert reply is not None
+            cpus, mems = cpuset_updates(reply.update)[frac.id]
+            assert topo.numa_of(CPUSet.parse(cpus)) == [0] and mems == "1"
