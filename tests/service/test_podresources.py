@@ -77,7 +77,7 @@ def test_fetch_on_start_then_on_the_timer(kubelet: FakeKubelet) -> None:
 
 
 def test_run_pod_sandbox_asks_for_a_list_without_waiting_for_the_timer(kubelet: FakeKubelet) -> None:
-    pr, registry = fetcher(kubelet.socket_path, refresh=3600)
+    pr, _ = fetcher(kubelet.socket_path, refresh=3600)
     pr.start()
     try:
         assert kubelet.wait_calls("List", 1)

@@ -58,7 +58,7 @@ def hints_for(held: list[Devices], allocatable: list[Devices]) -> set[TopologyHi
     return None if hints is None else set(hints)
 
 
-FOUR = [(GPU, ["Dev1"], [0]), (GPU, ["Dev2"], [1]), (GPU, ["Dev3"], [0]), (GPU, ["Dev4"], [1])]
+FOUR: list[Devices] = [(GPU, ["Dev1"], [0]), (GPU, ["Dev2"], [1]), (GPU, ["Dev3"], [0]), (GPU, ["Dev4"], [1])]
 CASES: list[tuple[str, list[Devices], list[Devices], set[TopologyHint] | None]] = [
     ("no alignment: no topology, no preference", [(GPU, ["Dev1"], None)],
      [(GPU, ["Dev1"], None), (GPU, ["Dev2"], None)], None),
