@@ -150,7 +150,8 @@ class PodResources:
         if found is None:
             if self.metrics is not None:
                 self.metrics.misses.labels("pending" if pending else "unlisted").inc()
-            self._kick.set()
+            if not pending:
+                self._kick.set()  # the kubelet may have admitted it since: list again
         return found
 
     def allocatable(self) -> Mapping[str, Sequence[Device]]:

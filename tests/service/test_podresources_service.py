@@ -64,7 +64,7 @@ async def listed_after_sandbox(svc: Service, r: Any, kubelet: FakeKubelet, sandb
     assert await r.conn.state_change(api.RUN_POD_SANDBOX, sandbox)
     assert await asyncio.to_thread(kubelet.wait_calls, "List", calls + 1)
     assert svc.podresources is not None
-    while svc.podresources.held(sandbox.uid, None) is None:  # the view is swapped in after the call returns
+    while svc.podresources.view.pod(sandbox.namespace, sandbox.name) is None:  # swapped in after the call
         await asyncio.sleep(0.01)
 
 
@@ -110,8 +110,8 @@ async def test_kubelet_devices_align_the_container_and_show_in_status(workdir: P
             assert await r.conn.state_change(api.RUN_POD_SANDBOX, late)
             reply = await r.conn.create_container(create(late, kubelet_container(late, "app", 1000, gpu_minor=0)))
             assert reply is not None
-            doc = svc.document()
-            [a] = [a for a in doc["assignments"] if a["container"] == "app" and a["pod"] == "late"]
+            later: dict[str, Any] = svc.document()
+            [a] = [a for a in later["assignments"] if a["container"] == "app" and a["pod"] == "late"]
             assert "podresources" not in a["hints"]["provider_hints"]
             assert a["hints"]["provider_hints"]["devices"] == {"nvidia": "{0} {0,1}~"}
             metrics = generate_latest(svc.metrics.registry).decode()
