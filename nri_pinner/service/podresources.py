@@ -106,14 +106,14 @@ class PodResources:
         self.socket_path, self.refresh_seconds = socket_path, refresh_seconds
         self.client = client or PodResourcesClient(socket_path, timeout)
         self.view = PodResourcesView()  # replaced whole, never changed in place
-        self.listed = False  # a List has succeeded at least once
+        self.available: bool | None = None  # the socket was there at the last fetch (None: not tried yet)
         self.metrics: PodResourcesMetrics | None = None
         self._pods: dict[str, tuple[str, str]] = {}  # pod key (uid or name) and sandbox id -> (namespace, name)
         self._waiting: set[tuple[str, str]] = set()  # pods whose RunPodSandbox asked for a List not yet done
         self._allocatable: pr.AllocatableResourcesResponse | None = None
         self._lock = threading.Lock()  # guards _pods/_waiting only; held for a few dict operations
         self._kick, self._stop = threading.Event(), threading.Event()
-        self._absent_logged, self._last_error_log = False, 0.0
+        self._last_error_log = 0.0
         self._thread: threading.Thread | None = None
 
     # -- handler side (never blocks) -------------------------------------------------------------
@@ -143,8 +143,8 @@ class PodResources:
         with self._lock:
             where = self._pods.get(pod_key)
             pending = where in self._waiting
-        if where is None or not self.listed:
-            return None
+        if where is None or self.available is False:
+            return None  # not a pod we know, or no kubelet: nothing to miss
         view = self.view
         found = view.pod(*where) if container is None else view.container(*where, container)
         if found is None:
@@ -182,14 +182,16 @@ class PodResources:
     def fetch(self, allocatable: bool = True) -> bool:
         """One round of calls; True when the List succeeded. Runs on the fetcher thread (and in tests)."""
         if not os.path.exists(self.socket_path):
-            if not self._absent_logged:
-                self._absent_logged = True
+            if self.available is not False:
                 log.info("kubelet PodResources socket absent: no PodResources hints until it appears",
                          socket=self.socket_path)
+            self.available = False
+            with self._lock:
+                self._waiting.clear()  # nothing to wait for
             return False
-        if self._absent_logged:
-            self._absent_logged = False
+        if self.available is False:
             log.info("kubelet PodResources socket found", socket=self.socket_path)
+        self.available = True
         if allocatable or self._allocatable is None:
             got = self._try("GetAllocatableResources", self.client.allocatable)
             if got is not None:
@@ -199,10 +201,11 @@ class PodResources:
         listed = self._try("List", self.client.list)
         if listed is None:
             return False
-        self.view = view_of(listed, self._allocatable)
-        self.listed = True
+        self.view = view = view_of(listed, self._allocatable)
         with self._lock:
             self._waiting -= asked
+            # forget pods that are gone (the map stays as large as the node's pods)
+            self._pods = {k: w for k, w in self._pods.items() if w in view.pods or w in self._waiting}
         return True
 
     def _try(self, method: str, call: Callable[[], Any]) -> Any:

@@ -62,7 +62,7 @@ def test_fetch_on_start_then_on_the_timer(kubelet: FakeKubelet) -> None:
     pr.start()
     try:
         assert kubelet.wait_calls("GetAllocatableResources", 1) and kubelet.wait_calls("List", 1)
-        wait_for(lambda: pr.listed)
+        wait_for(lambda: pr.view.pod("default", "train") is not None)
         assert pr.held("uid-train", "cuda") == {GPU: (Device("GPU-1", frozenset({1})),)}
         assert pr.held("uid-train", "sidecar") == {}
         assert pr.allocatable() == {GPU: (Device("GPU-0", frozenset({0})), Device("GPU-1", frozenset({1})))}
@@ -81,7 +81,7 @@ def test_run_pod_sandbox_asks_for_a_list_without_waiting_for_the_timer(kubelet: 
     pr.start()
     try:
         assert kubelet.wait_calls("List", 1)
-        wait_for(lambda: pr.listed)
+        wait_for(lambda: pr.available)
         kubelet.set_pod("default", "new", {"app": [(GPU, ["GPU-0"], [0])]})
         started = time.monotonic()
         pr.pod_started(sandbox("new"))  # returns at once: the List runs on the fetcher thread
@@ -95,18 +95,29 @@ def test_run_pod_sandbox_asks_for_a_list_without_waiting_for_the_timer(kubelet: 
 
 def test_a_create_before_the_list_goes_on_without_the_hint_and_is_counted(kubelet: FakeKubelet) -> None:
     pr, registry = fetcher(kubelet.socket_path)
-    assert pr.fetch()  # an earlier List, before the pod was admitted
+    pr.pod_started(sandbox())  # before the very first List
+    assert pr.held("uid-train", "cuda") is None
+    assert counted(registry, 'nri_pinner_podresources_misses_total{reason="pending"}') == 1
+    assert pr.fetch()
+    assert pr.held("uid-train", "cuda") == {GPU: (Device("GPU-1", frozenset({1})),)}
     kubelet.set_pod("default", "fresh", {"app": [(GPU, ["GPU-0"], [0])]})
     pr.pod_started(sandbox("fresh"))  # its List has not run yet
     assert pr.held("uid-fresh", "app") is None
-    assert counted(registry, 'nri_pinner_podresources_misses_total{reason="pending"}') == 1
+    assert counted(registry, 'nri_pinner_podresources_misses_total{reason="pending"}') == 2
     assert pr.fetch()
     assert pr.held("uid-fresh", "app") == {GPU: (Device("GPU-0", frozenset({0})),)}
     pr.pod_started(sandbox("ghost"))  # never admitted by this kubelet
     assert pr.fetch()
-    assert pr.held("uid-ghost", "app") is None
+    assert pr.held("uid-ghost", "app") is None  # the List did not have it: forgotten, not a miss
+    assert counted(registry, 'nri_pinner_podresources_misses_total{reason="unlisted"}') == 0
+    # a pod known only from its containers' kubelet labels, not in the latest List: a miss, listed again
+    c = api.Container(id="c9", pod_sandbox_id="sb-other", name="app")
+    c.labels.update({"io.kubernetes.pod.namespace": "default", "io.kubernetes.pod.name": "other",
+                     "io.kubernetes.pod.uid": "uid-other"})
+    assert pr.reported(c) == {}
+    assert pr.held("uid-other", "app") is None
     assert counted(registry, 'nri_pinner_podresources_misses_total{reason="unlisted"}') == 1
-    assert counted(registry, 'nri_pinner_podresources_misses_total{reason="pending"}') == 1
+    assert counted(registry, 'nri_pinner_podresources_misses_total{reason="pending"}') == 2
 
 
 def test_absent_socket_is_logged_once_and_retried_quietly(workdir: Path) -> None:
