@@ -145,3 +145,29 @@ def test_single_numa_node_rejection_names_the_provider(tmp_path: Path) -> None:
     engine = Engine.from_settings(settings, topology, [PodResourcesHintProvider(topology.numa_nodes, one)])
     _, d = engine.admit(engine.initial_state(), AdmissionRequest("uid-p", "c", "guaranteed", 2000, 2000))
     assert d.admitted and d.cpus & topology.numa_cpus[1] == d.cpus and d.mems == (1,)
+
+
+def test_the_messages_carry_the_kubelets_field_numbers() -> None:
+    """Hand-encoded protobuf bytes (tag = field << 3 | wire type) for the fields the provider reads."""
+    listed = pr.ListPodResourcesResponse()
+    p = listed.pod_resources.add(name="p", namespace="n")  # PodResources: name 1, namespace 2, containers 3
+    p.containers.add(name="c", devices=container_devices([("r", ["d"], [1])]))
+    numa = b"\x0a\x02\x08\x01"  # TopologyInfo.nodes 1 -> NUMANode.ID 1 = 1
+    device = b"\x0a\x01r" + b"\x12\x01d" + b"\x1a\x04" + numa  # resource_name 1, device_ids 2, topology 3
+    container = b"\x0a\x01c" + b"\x12" + bytes([len(device)]) + device  # name 1, devices 2
+    pod = b"\x0a\x01p\x12\x01n" + b"\x1a" + bytes([len(container)]) + container
+    assert listed.SerializeToString() == b"\x0a" + bytes([len(pod)]) + pod  # pod_resources 1
+    alloc = pr.AllocatableResourcesResponse(devices=container_devices([("r", ["d"], [1])]), cpu_ids=[3])
+    packed_cpus = b"\x12\x01\x03"  # cpu_ids 2, packed
+    assert alloc.SerializeToString() == b"\x0a" + bytes([len(device)]) + device + packed_cpus  # devices 1
+    assert pr.ContainerResources.DESCRIPTOR.fields_by_name["dynamic_resources"].number == 5
+
+
+def test_config_check_and_simulate_with_the_provider(tmp_path: Path) -> None:
+    from nri_pinner.config.validate import check_text
+    from nri_pinner.simulate import ScenarioError, load_engine
+
+    text = f'sysfs_root = "{DUAL_SOCKET}"\n[hints]\nproviders = ["cpu", "devices", "podresources"]\n'
+    assert check_text(text, "<t>").hints.providers == ("cpu", "devices", "podresources")  # host check passes
+    with pytest.raises(ScenarioError, match="'podresources' is not implemented in simulate"):
+        load_engine({"config": {"hints": {"providers": ["cpu", "podresources"]}}}, str(DUAL_SOCKET))
