@@ -140,3 +140,16 @@ async def test_pod_scope_aligns_the_pod_on_all_its_containers_devices(workdir: P
             assert len(cpus) == 1 and cpus & r.topology.numa_cpus[1] == cpus
     finally:
         await asyncio.to_thread(svc.podresources.close)
+
+
+async def test_service_run_starts_and_stops_the_fetcher(workdir: Path, sysfs: Path, kubelet: FakeKubelet) -> None:
+    settings = settings_for(workdir, sysfs, kubelet)
+    svc = new_service(settings)
+    task = asyncio.create_task(svc.run())  # no runtime listening: the stub retries while the fetcher works
+    assert await asyncio.to_thread(kubelet.wait_calls, "GetAllocatableResources", 1)
+    assert await asyncio.to_thread(kubelet.wait_calls, "List", 1)
+    assert svc.podresources is not None and svc.podresources.available
+    await svc.stub.stop()
+    assert await asyncio.wait_for(task, 10) == 0
+    thread = svc.podresources._thread
+    assert thread is not None and not thread.is_alive()
