@@ -108,10 +108,12 @@ class PodResources:
         self.view = PodResourcesView()  # replaced whole, never changed in place
         self.available: bool | None = None  # the socket was there at the last fetch (None: not tried yet)
         self.metrics: PodResourcesMetrics | None = None
+        # No lock: only the handler thread writes _pods/_asked/_asks, only the fetcher _answered and view.
         self._pods: dict[str, tuple[str, str]] = {}  # pod key (uid or name) and sandbox id -> (namespace, name)
-        self._waiting: set[tuple[str, str]] = set()  # pods whose RunPodSandbox asked for a List not yet done
+        self._asked: dict[tuple[str, str], int] = {}  # pod -> number of the RunPodSandbox that asked for a List
+        self._asks = 0
+        self._answered = 0  # every ask up to this one is in the current view
         self._allocatable: pr.AllocatableResourcesResponse | None = None
-        self._lock = threading.Lock()  # guards _pods/_waiting only; held for a few dict operations
         self._kick, self._stop = threading.Event(), threading.Event()
         self._last_error_log = 0.0
         self._thread: threading.Thread | None = None
@@ -120,31 +122,35 @@ class PodResources:
     def pod_started(self, pod: Any) -> None:
         """RunPodSandbox: remember who the pod is and ask for a List."""
         where = (pod.namespace, pod.name)
-        with self._lock:
-            self._pods[pod.uid or pod.name] = where
-            self._pods[pod.id] = where
-            self._waiting.add(where)
+        if len(self._pods) > 4 * len(self.view.pods) + 256:  # forget pods gone from the node
+            self._pods = {k: w for k, w in self._pods.items() if w in self.view.pods or self._pending(w)}
+            self._asked = {w: n for w, n in self._asked.items() if n > self._answered}
+        self._pods[pod.uid or pod.name] = where
+        self._pods[pod.id] = where
+        self._asks += 1
+        self._asked[where] = self._asks
         self._kick.set()
+
+    def _pending(self, where: tuple[str, str]) -> bool:
+        return self._asked.get(where, 0) > self._answered
 
     def reported(self, container: Any) -> Mapping[str, Sequence[Device]]:
         """What PodResources reports for an NRI container (kubelet labels, else its sandbox); {} if nothing."""
         labels = container.labels
         where = (labels.get(POD_NAMESPACE, ""), labels.get(POD_NAME, ""))
-        with self._lock:
-            if all(where):
-                for key in (labels.get(POD_UID, ""), container.pod_sandbox_id):
-                    if key:
-                        self._pods[key] = where
-            else:
-                where = self._pods.get(container.pod_sandbox_id, ("", ""))
+        if all(where):
+            for key in (labels.get(POD_UID, ""), container.pod_sandbox_id):
+                if key:
+                    self._pods[key] = where
+        else:
+            where = self._pods.get(container.pod_sandbox_id, ("", ""))
         return self.view.container(*where, labels.get(CONTAINER_NAME) or container.name) or {}
 
     def held(self, pod_key: str, container: str | None) -> Mapping[str, Sequence[Device]] | None:
-        with self._lock:
-            where = self._pods.get(pod_key)
-            pending = where in self._waiting
+        where = self._pods.get(pod_key)
         if where is None or self.available is False:
             return None  # not a pod we know, or no kubelet: nothing to miss
+        pending = self._pending(where)  # before reading the view: the fetcher swaps the view in first
         view = self.view
         found = view.pod(*where) if container is None else view.container(*where, container)
         if found is None:
@@ -186,8 +192,7 @@ class PodResources:
                 log.info("kubelet PodResources socket absent: no PodResources hints until it appears",
                          socket=self.socket_path)
             self.available = False
-            with self._lock:
-                self._waiting.clear()  # nothing to wait for
+            self._answered = self._asks  # nothing to wait for
             return False
         if self.available is False:
             log.info("kubelet PodResources socket found", socket=self.socket_path)
@@ -196,16 +201,12 @@ class PodResources:
             got = self._try("GetAllocatableResources", self.client.allocatable)
             if got is not None:
                 self._allocatable = got
-        with self._lock:
-            asked = set(self._waiting)
+        asks = self._asks  # the pods asked for so far are in this List's answer
         listed = self._try("List", self.client.list)
         if listed is None:
             return False
-        self.view = view = view_of(listed, self._allocatable)
-        with self._lock:
-            self._waiting -= asked
-            # forget pods that are gone (the map stays as large as the node's pods)
-            self._pods = {k: w for k, w in self._pods.items() if w in view.pods or w in self._waiting}
+        self.view = view_of(listed, self._allocatable)
+        self._answered = asks
         return True
 
     def _try(self, method: str, call: Callable[[], Any]) -> Any:

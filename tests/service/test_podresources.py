@@ -108,15 +108,15 @@ def test_a_create_before_the_list_goes_on_without_the_hint_and_is_counted(kubele
     assert pr.held("uid-fresh", "app") == {GPU: (Device("GPU-0", frozenset({0})),)}
     pr.pod_started(sandbox("ghost"))  # never admitted by this kubelet
     assert pr.fetch()
-    assert pr.held("uid-ghost", "app") is None  # the List did not have it: forgotten, not a miss
-    assert counted(registry, 'nri_pinner_podresources_misses_total{reason="unlisted"}') == 0
+    assert pr.held("uid-ghost", "app") is None  # its List is done and does not have it
+    assert counted(registry, 'nri_pinner_podresources_misses_total{reason="unlisted"}') == 1
     # a pod known only from its containers' kubelet labels, not in the latest List: a miss, listed again
     c = api.Container(id="c9", pod_sandbox_id="sb-other", name="app")
     c.labels.update({"io.kubernetes.pod.namespace": "default", "io.kubernetes.pod.name": "other",
                      "io.kubernetes.pod.uid": "uid-other"})
     assert pr.reported(c) == {}
     assert pr.held("uid-other", "app") is None
-    assert counted(registry, 'nri_pinner_podresources_misses_total{reason="unlisted"}') == 1
+    assert counted(registry, 'nri_pinner_podresources_misses_total{reason="unlisted"}') == 2
     assert counted(registry, 'nri_pinner_podresources_misses_total{reason="pending"}') == 2
 
 
@@ -178,3 +178,14 @@ def test_container_labels_name_the_pod(kubelet: FakeKubelet) -> None:
     assert pr.held("uid-t", "cuda") == pr.reported(c)  # the labels taught it the pod key
     bare = api.Container(id="c2", pod_sandbox_id="sb-unknown", name="cuda")
     assert pr.reported(bare) == {}
+
+
+def test_pods_gone_from_the_node_are_forgotten(kubelet: FakeKubelet) -> None:
+    pr, _ = fetcher(kubelet.socket_path)
+    for i in range(300):
+        pr.pod_started(sandbox(f"gone-{i}"))
+    assert len(pr._pods) == 600  # uid and sandbox id each; all still waiting for their List
+    assert pr.fetch()  # the List has none of them
+    pr.pod_started(sandbox())
+    assert set(pr._pods) == {"uid-train", "sb-train"}
+    assert pr.held("uid-train", "cuda") == {GPU: (Device("GPU-1", frozenset({1})),)}  # in the last List
