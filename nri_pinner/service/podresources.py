@@ -3,7 +3,8 @@ the timer, ``List`` at start, on every RunPodSandbox (the kubelet allocates a po
 admits the pod, before the sandbox runs) and on the timer.
 
 One thread does every call (blocking gRPC over the unix socket, with a deadline) and swaps in a new
-immutable :class:`PodResourcesView`; handlers read whatever view is current and never wait. A create
+immutable :class:`PodResourcesView`; handlers read whatever view is current and never wait (no lock
+is shared with the fetcher: each field has one writer). A create
 whose pod the view does not list yet goes on without PodResources hints and is counted
 (``nri_pinner_podresources_misses``: ``pending`` when a List for its pod was asked and has not
 finished, ``unlisted`` when the latest List does not have it). An absent socket (no kubelet, or a

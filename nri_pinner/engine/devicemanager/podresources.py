@@ -7,12 +7,13 @@ devices a container already holds): every mask holding all of a resource's devic
 minimal, "minimal" judged against every allocatable device of the resource; a resource none of
 whose devices has a topology has no preference.
 
-Both providers may see one device (PodResources by its plugin id, sysfs by its device node). To
-count it once: for a container PodResources reports devices for, a sysfs device is dropped when
-PodResources reports its id (SR-IOV plugins use the PCI address), its resource name (exact, e.g. a
-CDI class, or the SR-IOV ``PCIDEVICE_`` spelling ``intel_com_sriov`` of ``intel.com/sriov``), or,
-for a resource named after its driver, a resource of that vendor (``nvidia`` for ``nvidia.com/gpu``).
-Everything else sysfs finds (devices no device plugin hands out) keeps its sysfs hint.
+Both providers may see one device (PodResources by its plugin's id, sysfs by its device node), and
+the ids rarely match, so resources are matched by name. For a container PodResources reports
+devices for, a sysfs device is dropped when PodResources reports its resource (exactly, e.g. the CDI
+class ``nvidia.com/gpu``; the SR-IOV ``PCIDEVICE_`` spelling ``intel_com_sriov`` of
+``intel.com/sriov``; or, for a resource named after its driver, one of that vendor: ``nvidia`` for
+``nvidia.com/gpu``) or the same device id. PodResources wins for what it reports because it knows
+the allocation; everything else sysfs finds (devices no device plugin hands out) keeps its sysfs hint.
 
 Pod scope: an NRI create carries one container, so pod-level device hints (the union of the
 devices of all the pod's containers) exist only here.
