@@ -72,7 +72,8 @@ class Service:
         self.plugin = PinnerPlugin(settings, self.tracker, self.metrics, loaded.body, nics)
         self.podresources = podresources_of(engine)
         if self.podresources is not None:
-            self.podresources.metrics = PodResourcesMetrics(self.metrics.registry)
+            self.podresources.metrics = PodResourcesMetrics(
+                self.metrics.registry, (self.metrics.provider_admissions, self.metrics.provider_rejections))
             self.plugin.intake.podresources = self.podresources
         preinstalled = bool(env.get("NRI_PLUGIN_SOCKET"))
         self.stub = Stub(

@@ -31,7 +31,7 @@ FAIL_OPEN_CAUSES = ("rejected", "timeout")
 BAD_INPUT_SOURCES = ("annotation", "container")  # create refused, or kept shared at Synchronize
 LATE_METHODS = ("CreateContainer",)
 REPAIR_PATHS = ("cri", "next-reply")
-PROVIDERS = ("cpu", "static", "devices", "memory", "nics", "podresources")  # hint providers, as the engine names them
+PROVIDERS = ("cpu", "static", "devices", "memory", "nics")  # hint providers, as the engine names them
 
 
 class ConnectionView(Protocol):

@@ -87,7 +87,9 @@ def view_of(listed: pr.ListPodResourcesResponse | None,
 
 
 class PodResourcesMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, per_provider: Iterable[Counter] = ()) -> None:
+        for counter in per_provider:  # the service's provider admission/rejection counters: shown from the start
+            counter.labels("podresources")
         self.calls = Counter("nri_pinner_podresources_calls", "PodResources calls, by method and outcome",
                              ["method", "outcome"], registry=registry)
         self.misses = Counter("nri_pinner_podresources_misses", "Admissions without PodResources hints: the "

@@ -74,6 +74,8 @@ async def test_kubelet_devices_align_the_container_and_show_in_status(workdir: P
     svc = new_service(settings)
     assert svc.podresources is not None
     svc.podresources.start()  # as Service.run does
+    metrics = generate_latest(svc.metrics.registry).decode()
+    assert 'nri_pinner_provider_rejections_total{provider="podresources"} 0.0' in metrics
     try:
         async with running(settings, CONTAINERD_2_3_0, svc=svc) as r:
             gp = pod("train")
