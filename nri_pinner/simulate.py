@@ -53,6 +53,9 @@ def load_engine(scenario: Mapping[str, Any], sysfs_root: str | None) -> Engine:
         else:
             raise ScenarioError("no topology: give scenario.topology or --sysfs ROOT")
         settings = from_mapping(scenario.get("config", {}), "scenario.config")
+        if "podresources" in settings.hints.providers:
+            raise ScenarioError("hints.providers: 'podresources' is not implemented in simulate (it reads a live "
+                                "kubelet); give each op its 'devices' or raw 'hints' instead")
         providers = []
         if "nics" in settings.hints.providers:
             providers.append(NicHintProvider(topology.numa_nodes, ScenarioNics(sysfs_root or settings.sysfs_root)))

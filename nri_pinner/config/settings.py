@@ -34,12 +34,9 @@ CPU_POLICY_OPTIONS = (
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 TOPOLOGY_SCOPES = ("container", "pod")
 TOPOLOGY_OPTIONS = ("prefer-closest-numa-nodes",)
-HINT_PROVIDERS = ("cpu", "devices", "memory", "nics")
+HINT_PROVIDERS = ("cpu", "devices", "memory", "nics", "podresources")
 # Accepted names that are planned but not built: refused with "not implemented yet", never ignored.
-NOT_IMPLEMENTED = {
-    ("hints", "providers", "podresources"):
-        "the kubelet PodResources provider is not implemented yet (devices come from sysfs)",
-}
+NOT_IMPLEMENTED: dict[tuple[str, str, str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -70,6 +67,13 @@ class MemoryManagerSettings:
     # the kubelet's --reserved-memory form, "0:memory=1Gi,hugepages-2Mi=64Mi;1:memory=1Gi" (bytes per node)
     reserved_memory: str = ""
     mems: str = "aligned"  # Burstable/BestEffort cpuset.mems: NUMA nodes of their CPUs, or "all" nodes
+
+
+@dataclass(frozen=True)
+class PodResourcesSettings:  # the "podresources" provider: the kubelet's PodResources API
+    socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    refresh_seconds: float = 10.0  # List + GetAllocatableResources on this timer (and List on RunPodSandbox)
+    timeout_seconds: float = 2.0  # deadline of one call
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ class Settings:
     topology_manager: TopologyManagerSettings = field(default_factory=TopologyManagerSettings)
     hints: HintSettings = field(default_factory=HintSettings)
     memory_manager: MemoryManagerSettings = field(default_factory=MemoryManagerSettings)
+    podresources: PodResourcesSettings = field(default_factory=PodResourcesSettings)
     nri: NRISettings = field(default_factory=NRISettings)
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     state: StateSettings = field(default_factory=StateSettings)
@@ -307,6 +312,14 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
     )
     r.done()
 
+    r = _section(root, "podresources")
+    pd = PodResourcesSettings()
+    podres = PodResourcesSettings(
+        socket=r.get("socket", str, pd.socket, lambda v: None if v else "must not be empty"),
+        refresh_seconds=r.get("refresh_seconds", float, pd.refresh_seconds, _seconds_problem(0.1, 3600)),
+        timeout_seconds=r.get("timeout_seconds", float, pd.timeout_seconds, _seconds_problem(0.05, 60)))
+    r.done()
+
     r = _section(root, "nri")
     d = NRISettings()
     nri = NRISettings(
@@ -362,8 +375,12 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
     if root.problems:
         raise ConfigError(root.problems)
     return Settings(sysfs_root=sysfs_root, cpu_manager=cpu, topology_manager=topo, hints=hints,
-                    memory_manager=mm, nri=nri,
+                    memory_manager=mm, podresources=podres, nri=nri,
                     reconcile=rec, state=state, inspect=inspect, metrics=metrics, log=log)
+
+
+def _seconds_problem(low: float, high: float) -> Callable[[float], str | None]:
+    return lambda v: None if low <= v <= high else f"must be between {low:g} and {high:g}"
 
 
 def _reserved_memory_problem(v: str) -> str | None:

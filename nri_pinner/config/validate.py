@@ -49,6 +49,10 @@ def host_problems(settings: Settings, source: str) -> list[Problem]:
         return [Problem(source, ("sysfs_root",), f"cannot read the CPU topology under {settings.sysfs_root!r} "
                         f"on this host: {exc}")]
     problems: list[Problem] = []
+    # Providers with sources of their own (memory capacities, NIC lookups, the kubelet's PodResources)
+    # are wired up by `run`; the engine's checks here need only the ones it builds itself.
+    settings = replace(settings, hints=replace(settings.hints, providers=tuple(
+        p for p in settings.hints.providers if p in ("cpu", "devices"))))
     cm = settings.cpu_manager
     # The engine stops at its first objection: try again without the options and without the
     # reservation, so that neither hides a problem with the other.

@@ -23,12 +23,14 @@ from ..config import Settings
 from ..engine.admission import Engine
 from ..engine.cpumanager.state import EngineState
 from ..engine.devicemanager.hints import Device
+from ..engine.devicemanager.podresources import without_reported
 from ..engine.memorymanager.policy import StaticMemoryPolicy
 from ..engine.memorymanager.provider import build_policy, memory_state, parse_reserved_memory
 from ..engine.memorymanager.state import MEMORY, Block, hugepage_resource
 from ..engine.topology.memory import read_node_memory
 from ..engine.topology.model import Topology
 from ..engine.topology.pci import DeviceResolver, DeviceTopology
+from .podresources import PodResources
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -62,6 +64,12 @@ class Intake:
         self.resolver = DeviceResolver(settings.sysfs_root)
         self._warn = warn or log.warning
         self._warned: set[tuple[str, int, int]] = set()
+        self.podresources: PodResources | None = None  # set by the service when that provider is on
+
+    def pod_started(self, pod: Any) -> None:
+        """RunPodSandbox: PodResources lists again (the kubelet allocated the pod's devices on admission)."""
+        if self.podresources is not None:
+            self.podresources.pod_started(pod)
 
     def devices(self, container: Any) -> dict[str, list[Device]]:
         """``{resource: devices}`` for the container's PCI-backed device nodes."""
@@ -90,6 +98,8 @@ class Intake:
         """``AdmissionRequest`` keyword arguments for the device and memory providers."""
         out: dict[str, Any] = {}
         devices = self.devices(container)
+        if self.podresources is not None:  # a device PodResources reports gets its hints there, not twice
+            devices = without_reported(devices, self.podresources.reported(container))
         if devices:
             out["devices"] = devices
         memory = self.memory(container, guaranteed)

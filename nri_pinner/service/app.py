@@ -14,10 +14,12 @@ import structlog
 from .. import __version__
 from ..config import CONFIG_PATH, ConfigError, Settings, load, load_file
 from ..engine.admission import Engine
+from ..engine.devicemanager.podresources import PodResourcesHintProvider
 from ..engine.errors import PolicyOptionError
 from ..engine.nicmanager.hints import NicHintProvider
 from ..engine.topology.model import Topology
 from ..engine.topology.sysfs import SysfsError, discover
+from ..engine.topologymanager.hints import HintProvider
 from ..nri.stub import Stub, serve
 from . import checkpoint, logs
 from .alignment import memory_policy
@@ -27,6 +29,7 @@ from .metrics import Metrics
 from .metrics_http import Listener
 from .netns import NicLookup
 from .plugin import PinnerPlugin
+from .podresources import PodResources, PodResourcesMetrics, podresources_of
 from .reconcile import Reconciler, stop_task
 from .tracker import Tracker
 
@@ -43,7 +46,13 @@ def load_settings(path: str) -> Settings:
 def build_engine(settings: Settings, topology: Topology) -> tuple[Engine, NicLookup | None]:
     """The engine with the hint providers ``hints.providers`` names, and the NIC lookup it reads."""
     nics = NicLookup(settings.sysfs_root) if "nics" in settings.hints.providers else None
-    providers = [NicHintProvider(topology.numa_nodes, nics.numa_nodes)] if nics is not None else []
+    providers: list[HintProvider] = []
+    if nics is not None:
+        providers.append(NicHintProvider(topology.numa_nodes, nics.numa_nodes))
+    if "podresources" in settings.hints.providers:  # fetched in the background, see service/podresources.py
+        pr = settings.podresources
+        providers.append(PodResourcesHintProvider(topology.numa_nodes, PodResources(
+            pr.socket, pr.refresh_seconds, pr.timeout_seconds)))
     return Engine.from_settings(settings, topology, providers, memory=memory_policy(settings, topology)), nics
 
 
@@ -61,6 +70,11 @@ class Service:
             nics.on_late = self.metrics.nic_lookups_late.inc
         self.tracker = Tracker(engine, engine.initial_state())
         self.plugin = PinnerPlugin(settings, self.tracker, self.metrics, loaded.body, nics)
+        self.podresources = podresources_of(engine)
+        if self.podresources is not None:
+            self.podresources.metrics = PodResourcesMetrics(
+                self.metrics.registry, (self.metrics.provider_admissions, self.metrics.provider_rejections))
+            self.plugin.intake.podresources = self.podresources
         preinstalled = bool(env.get("NRI_PLUGIN_SOCKET"))
         self.stub = Stub(
             self.plugin, name=None if preinstalled else settings.nri.plugin_name,
@@ -83,6 +97,8 @@ class Service:
         if self.settings.metrics.enabled:
             m = self.settings.metrics
             self.listener = Listener(self.metrics, m.address, m.port, asyncio.get_running_loop())
+        if self.podresources is not None:
+            self.podresources.start()
         reconcile = asyncio.create_task(self.reconciler.run())
         try:
             return await serve(self.stub, structlog.get_logger("nri_pinner.nri"))
@@ -91,6 +107,8 @@ class Service:
             if self.listener is not None:
                 self.listener.stop()
             await asyncio.to_thread(self.plugin.close)  # the last state reaches the disk
+            if self.podresources is not None:
+                await asyncio.to_thread(self.podresources.close)
             await server.stop(0.5)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.settings.inspect.socket)

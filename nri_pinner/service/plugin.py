@@ -38,7 +38,6 @@ from .tracker import Containers, Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")
 
-
 START_WAIT_SECONDS = 1.0  # inside the runtime's 2 s request budget, with margin
 
 
@@ -320,6 +319,7 @@ class PinnerPlugin:
                 self._commit()
 
     def run_pod_sandbox(self, event: api.StateChangeEvent) -> None:
+        self.intake.pod_started(event.pod)  # PodResources: the background List (never waited for)
         if self.nics is not None:
             self.nics.start(event.pod)  # looked up in the background; the first create waits at most briefly
 
