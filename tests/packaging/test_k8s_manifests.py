@@ -115,6 +115,23 @@ def test_servicemonitor_component_selects_the_metrics_service(tmp_path: Path) ->
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == [service["spec"]["ports"][0]["name"]]
 
 
+def test_podresources_component_mounts_the_kubelet_socket_read_only(tmp_path: Path) -> None:
+    """The socket [podresources] connects to is under the component's mount, read-only, and the
+    component adds nothing else writable (the base's writable set stays as it was)."""
+    d = kustomization(tmp_path, "with-podresources", [KUBE_DIR / "overlays" / "numa-aligned"],
+                      [KUBE_DIR / "components" / "podresources"])
+    res = validate(tmp_path, render_text(d))
+    assert res.returncode == 0, res.stdout + res.stderr
+    all_mounts = mounts(d)
+    socket = configmap_settings(d).podresources.socket
+    m = covering_mount(socket, all_mounts)
+    assert m is not None and m.read_only, f"{socket} is not under a read-only mount"
+    assert m.host_path == posixpath.dirname(socket) == m.container_path
+    assert {x.host_path for x in all_mounts if not x.read_only} == {
+        x.host_path for x in mounts(KUBE_DIR / "overlays" / "numa-aligned") if not x.read_only}
+    assert covering_mount(socket, mounts(BASE)) is None  # only the component mounts it
+
+
 # ------------------------------------------------------------------ Found: privileged, mounts, token
 
 @pytest.mark.parametrize("directory", DEPLOYABLE, ids=ids(DEPLOYABLE))
