@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 import grpc
@@ -119,4 +120,10 @@ def render_status(doc: dict[str, Any]) -> str:
                               for x in n["links"]) or "-"
             lines.append(f"  {n['pod']} ({n['netns']}): {links}; hints {' '.join(n['hints']) or 'none'}"
                          + (f"; {n['problem']}" if n["problem"] else ""))
+    if pr := doc.get("podresources"):
+        state = {None: "not asked yet", False: "socket absent", True: "connected"}[pr["available"]]
+        when = time.strftime("%H:%M:%S", time.localtime(pr["listed_at"])) if pr["listed_at"] else "never"
+        held = ", ".join(f"{r}={n}" for r, n in pr["allocatable"].items()) or "-"
+        lines += ["", f"kubelet PodResources ({pr['socket']}): {state}; last List {when}, {pr['pods']} pods; "
+                      f"allocatable {held}"]
     return "\n".join(lines)

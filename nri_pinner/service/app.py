@@ -90,7 +90,8 @@ class Service:
 
     def document(self) -> dict[str, object]:
         return status_document(self.tracker, self.stub, self.reconciler.repairs,
-                               self.nics.snapshot() if self.nics is not None else None)
+                               self.nics.snapshot() if self.nics is not None else None,
+                               self.podresources.summary() if self.podresources is not None else None)
 
     async def run(self) -> int:
         server = await start_server(self.settings.inspect.socket, self.document)

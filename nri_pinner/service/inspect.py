@@ -22,7 +22,8 @@ SERVICE = "nri_pinner.inspect.v1.Inspect"
 
 
 def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int = 0,
-                    nics: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                    nics: list[dict[str, Any]] | None = None,
+                    podresources: dict[str, Any] | None = None) -> dict[str, Any]:
     """Built from the newest published view: no lock, so a status query never waits on a handler."""
     view = tracker.view()
     engine, state, shared = view.engine, view.state, view.shared_pool
@@ -66,6 +67,8 @@ def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int 
             hints = nic_hints(topo.numa_nodes, entry.get("numa", ()))
             entry["hints"] = [str(h) for h in itertools.islice(hints, 8)] if hints else []  # lazily listed
         doc["nics"] = nics
+    if podresources is not None:  # hints.providers has "podresources": the fetcher's state
+        doc["podresources"] = podresources
     return doc
 
 

@@ -119,6 +119,7 @@ class PodResources:
         self._allocatable: pr.AllocatableResourcesResponse | None = None
         self._kick, self._stop = threading.Event(), threading.Event()
         self._last_error_log = 0.0
+        self.listed_at: float | None = None  # wall clock of the last successful List (status)
         self._thread: threading.Thread | None = None
 
     # -- handler side (never blocks) -------------------------------------------------------------
@@ -210,7 +211,14 @@ class PodResources:
             return False
         self.view = view_of(listed, self._allocatable)
         self._answered = asks
+        self.listed_at = time.time()
         return True
+
+    def summary(self) -> dict[str, Any]:
+        """For `nri-pinner status`: is the kubelet there, how fresh is the snapshot, what does it hold."""
+        view = self.view
+        return {"socket": self.socket_path, "available": self.available, "listed_at": self.listed_at,
+                "pods": len(view.pods), "allocatable": {r: len(d) for r, d in sorted(view.allocatable.items())}}
 
     def _try(self, method: str, call: Callable[[], Any]) -> Any:
         try:

@@ -151,6 +151,14 @@ async def test_service_run_starts_and_stops_the_fetcher(workdir: Path, sysfs: Pa
     assert await asyncio.to_thread(kubelet.wait_calls, "GetAllocatableResources", 1)
     assert await asyncio.to_thread(kubelet.wait_calls, "List", 1)
     assert svc.podresources is not None and svc.podresources.available
+    for _ in range(100):  # the view is swapped in just after the List answer
+        if svc.podresources.listed_at is not None:
+            break
+        await asyncio.sleep(0.02)
+    doc: Any = svc.document()["podresources"]
+    assert doc["available"] is True and doc["socket"] == kubelet.socket_path and doc["listed_at"]
+    assert doc["allocatable"] == {GPU: 2} and doc["pods"] == 0
+    assert f"{GPU}=2" in render_status(svc.document()) and "connected; last List" in render_status(svc.document())
     await svc.stub.stop()
     assert await asyncio.wait_for(task, 10) == 0
     thread = svc.podresources._thread
