@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..engine.cpumanager.resize import STRICT_POLICIES, ResizeDecision
-from ..engine.cpumanager.state import EngineState
+from ..engine.admission import AdmissionRequest
+from ..engine.cpumanager.resize import ResizeDecision
 from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import CPUSet, CPUSetError
 from ..nri.gen import api_pb2 as api
@@ -81,7 +81,7 @@ class Resizer:
                 return api.UpdateContainerResponse(update=p._pending_updates())
             resized = is_resize(cpu)
             if resized:
-                wait_for = self._resize(t, req.linux_resources)
+                wait_for = self._resize(t, req)
             else:
                 desired = tr.desired(t)[0]
                 try:
@@ -152,19 +152,17 @@ class Resizer:
         updates = [cpu_update(t.container_id, desired, mems), *self.plugin._pending_updates(exclude=t.container_id)]
         return api.UpdateContainerResponse(update=updates)
 
-    def _resize(self, t: Tracked, resources: api.LinuxResources) -> int:
+    def _resize(self, t: Tracked, req: api.UpdateContainerRequest) -> int:
         """Apply a kubelet resize (lock held); returns the generation the reply must wait for (0: none)."""
         p, tr = self.plugin, self.plugin.tracker
         started = time.perf_counter()
-        request, limit = requested(t, resources)
+        request, limit = requested(t, req.linux_resources)
         before = tr.desired(t)[0]
         if t.intent.source != "cgroup":  # the pod's annotation fixes the CPUs; the kubelet's values do not
             self._note(t, "annotation", "", before, before, request, limit,
                        "CPUs come from a nri-pinner.io annotation; resize keeps them")
             return 0
-        state, d = tr.engine.resize(tr.state, *t.key, t.intent.qos, request, limit)
-        if d.applied and d.added and (why := self._off_memory(state, t, d.cpus)):
-            d = replace(d, applied=False, reason="TopologyAffinityError", message=why)
+        state, d = tr.engine.resize(tr.state, *t.key, t.intent.qos, request, limit, like=self._like(t, req))
         if not d.applied:
             self._note(t, "refused", d.reason, before, before, request, limit, d.message)
             tr.publish()  # status shows the refusal
@@ -179,20 +177,18 @@ class Resizer:
             return tr.generation
         return 0
 
-    def _off_memory(self, state: EngineState, t: Tracked, cpus: CPUSet) -> str:
-        """Why new exclusive CPUs break a strict policy's alignment with the container's memory blocks
-        ("" when they do not). A grow stays inside the admitted affinity already; fractional -> integer
-        is a CPU-only admission (the blocks stay where they are) and can land on another node."""
-        engine = self.plugin.tracker.engine
-        policy = engine.manager.policy.value
-        memory = engine.memory_mems(state, *t.key)
-        if policy not in STRICT_POLICIES or not memory:
-            return ""
-        nodes = engine.topology.numa_of(cpus)
-        if set(nodes) <= set(memory):
-            return ""
-        return (f"exclusive CPUs {cpus} would be on NUMA node(s) {nodes} but the container's memory is on "
-                f"{list(memory)} (topology manager policy {policy}; a resize does not move memory)")
+    def _like(self, t: Tracked, req: api.UpdateContainerRequest) -> AdmissionRequest | None:
+        """What a create of this container is asked beyond its CPUs (devices, the pod's exclusive total),
+        for the fresh admission of fractional -> integer; None for a container that is exclusive
+        already (a grow stays inside its admitted affinity). Its memory is the blocks it holds
+        (`Engine.resize`), not the update's limits: a resize never allocates memory."""
+        a = self.plugin.tracker.state.get(*t.key)
+        if a is None or a.exclusive:
+            return None
+        extras = self.plugin.intake.extras(req.container, t.intent.qos == GUARANTEED)
+        extras.pop("memory", None)
+        return AdmissionRequest(*t.key, t.intent.qos, init=t.intent.init, restartable=t.intent.restartable,
+                                pod_exclusive_cpus=self.plugin._pod_cpus(req.pod), **extras)
 
     def _note(self, t: Tracked, outcome: str, reason: str, before: CPUSet, after: CPUSet, request: int,
               limit: int, message: str, d: ResizeDecision | None = None, seconds: float = 0.0) -> None:
