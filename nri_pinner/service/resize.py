@@ -30,6 +30,7 @@ from ..engine.cpuset import CPUSet, CPUSetError
 from ..nri.gen import api_pb2 as api
 from .cpuset_sync import cpu_update
 from .intent import GUARANTEED, cpu_limit_milli, shares_to_milli
+from .rebuild import note_unreadable, rebuild
 from .tracker import Tracked, desired_of
 
 if TYPE_CHECKING:
@@ -76,8 +77,10 @@ class Resizer:
         cpu = req.linux_resources.cpu
         wait_for = 0
         with tr.lock:
-            t = tr.containers.get(req.container.id)
-            if t is None or t.stopped:
+            t = tr.containers.get(req.container.id) or self._adopt(req)
+            if t is None:
+                return self._unknown(req)
+            if t.stopped:
                 return api.UpdateContainerResponse(update=p._pending_updates())
             resized = is_resize(cpu)
             if resized:
@@ -108,9 +111,13 @@ class Resizer:
         self.plugin.metrics.late_replies.labels("UpdateContainer").inc()
         view = self.plugin.tracker.published
         t = view.containers.get(req.container.id) if view is not None else None
-        if view is None or t is None or t.stopped:
+        if view is None or (t is not None and t.stopped) or (t is None and not _adoptable(req)):
             return api.UpdateContainerResponse()
         engine = view.engine
+        if t is None:  # unknown (adopted by the late handler): never on CPUs that may be exclusive now
+            pool = view.shared_pool
+            return api.UpdateContainerResponse(update=[cpu_update(
+                req.container.id, pool, ",".join(map(str, engine.mems_of(pool))))])
         cpus, mems = desired_of(engine, view.state, view.shared_pool, t.key,
                                 lambda c: ",".join(map(str, engine.mems_of(c))))
         log.warning("update over budget: answered with the container's current cpuset", container=t.key[1],
@@ -140,6 +147,47 @@ class Resizer:
         else:
             log.warning("pod resize cannot get its exclusive CPUs; its containers' updates will be refused", **fields)
         return api.UpdatePodSandboxResponse()
+
+    def _adopt(self, req: api.UpdateContainerRequest) -> Tracked | None:
+        """Track a running container this update names but Synchronize did not list (README "Resize":
+        unknown containers): containerd 1.7 never synchronizes a pre-installed plugin, and a runtime
+        that has not loaded every container yet leaves them out. It is placed by the rebuild rules
+        (`rebuild` into the current state): its cgroup's cpuset trusted, a Guaranteed integer one
+        keeps exclusive CPUs it runs on (or its checkpointed ones) when they are free, otherwise it
+        is admitted again or waits on the shared pool. None when it cannot be placed. Lock held."""
+        p, tr, c = self.plugin, self.plugin.tracker, req.container
+        if not _adoptable(req):
+            return None
+        p._release_seeded(c.id)  # the checkpoint's hold: `rebuild` gives these CPUs back from the entry
+        entry = p._prior.get(c.id)
+        result = rebuild(tr.engine, {c.id: entry} if entry is not None else {}, [req.pod], [c], p._read_cgroup,
+                         start=tr.state)
+        t = result.containers.get(c.id)
+        if t is None:
+            return None
+        tr.state = result.state
+        tr.containers[c.id] = t
+        p._waiting.extend(result.waiting)
+        note_unreadable(result, p.metrics)
+        for message in result.repairs:
+            log.warning("state repaired", repair=message)
+        log.warning("container not known from Synchronize adopted on its update", pod=f"{req.pod.namespace}/"
+                    f"{req.pod.name}", container=c.name, container_id=c.id[:12], cpus=str(tr.desired(t)[0]),
+                    exclusive=bool((a := tr.state.get(*t.key)) and a.exclusive))
+        p._commit()
+        return t
+
+    def _unknown(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
+        """A container that cannot be adopted: the shared pool for a running one, never no cpuset (with
+        which runc would apply containerd's stale create-time set, possibly on exclusive CPUs)."""
+        tr, c = self.plugin.tracker, req.container
+        updates = self.plugin._pending_updates()
+        if c.id and c.state != api.CONTAINER_STOPPED:
+            pool = tr.shared_pool
+            log.warning("update of an unknown container answered with the shared pool", container_id=c.id[:12],
+                        container=c.name, cpus=str(pool))
+            updates.insert(0, cpu_update(c.id, pool, ",".join(map(str, tr.engine.mems_of(pool)))))
+        return api.UpdateContainerResponse(update=updates)
 
     def _reply(self, t: Tracked, resized: bool) -> api.UpdateContainerResponse:
         """The container's set (the runtime applies it with the update), plus pool changes for
@@ -210,3 +258,9 @@ class Resizer:
                      request_milli=request, limit_milli=limit, **({"note": message} if message else {}),
                      **({"kept": str(d.kept), "added": str(d.added), "released": str(d.released),
                          "decision_ms": round(seconds * 1000, 3)} if d is not None else {}))
+
+
+def _adoptable(req: api.UpdateContainerRequest) -> bool:
+    """What `rebuild` places: a container that is not stopped, of the pod the update names."""
+    c = req.container
+    return bool(c.id) and c.state != api.CONTAINER_STOPPED and bool(req.pod.id) and c.pod_sandbox_id == req.pod.id
