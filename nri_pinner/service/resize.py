@@ -226,17 +226,17 @@ class Resizer:
         return 0
 
     def _like(self, t: Tracked, req: api.UpdateContainerRequest) -> AdmissionRequest | None:
-        """What a create of this container is asked beyond its CPUs (devices, the pod's exclusive total),
-        for the fresh admission of fractional -> integer; None for a container that is exclusive
-        already (a grow stays inside its admitted affinity). Its memory is the blocks it holds
-        (`Engine.resize`), not the update's limits: a resize never allocates memory."""
+        """What a create of this container is asked beyond its CPUs (its devices; the NIC provider
+        reads the pod's NICs itself), for the fresh admission of fractional -> integer; None for a
+        container that is exclusive already (a grow stays inside its admitted affinity). Its memory
+        is the blocks it holds (`Engine.resize`), not the update's limits: a resize never allocates
+        memory. No pod total: the update's pod record has the create-time pod resources (stale)."""
         a = self.plugin.tracker.state.get(*t.key)
         if a is None or a.exclusive:
             return None
         extras = self.plugin.intake.extras(req.container, t.intent.qos == GUARANTEED)
         extras.pop("memory", None)
-        return AdmissionRequest(*t.key, t.intent.qos, init=t.intent.init, restartable=t.intent.restartable,
-                                pod_exclusive_cpus=self.plugin._pod_cpus(req.pod), **extras)
+        return AdmissionRequest(*t.key, t.intent.qos, init=t.intent.init, restartable=t.intent.restartable, **extras)
 
     def _note(self, t: Tracked, outcome: str, reason: str, before: CPUSet, after: CPUSet, request: int,
               limit: int, message: str, d: ResizeDecision | None = None, seconds: float = 0.0) -> None:
