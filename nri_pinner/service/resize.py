@@ -158,6 +158,8 @@ class Resizer:
         p, tr, c = self.plugin, self.plugin.tracker, req.container
         if not _adoptable(req):
             return None
+        if any(o.key[1] == c.name for o in tr.containers.in_pod(req.pod.uid or req.pod.name)):
+            return None  # another instance holds its name (and engine record): the create replaces it
         p._release_seeded(c.id)  # the checkpoint's hold: `rebuild` gives these CPUs back from the entry
         entry = p._prior.get(c.id)
         result = rebuild(tr.engine, {c.id: entry} if entry is not None else {}, [req.pod], [c], p._read_cgroup,

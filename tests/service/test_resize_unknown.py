@@ -131,3 +131,16 @@ async def test_an_update_that_cannot_be_adopted_gets_the_shared_pool(workdir: Pa
         stray.state = api.CONTAINER_STOPPED  # a stopped one needs no cpuset
         reply = await r.conn.update_container(resize(stray, BPOD, 200, 0))
         assert reply is not None and B.id not in cpuset_updates(reply.update)
+
+
+async def test_an_unknown_instance_of_a_known_name_is_not_adopted(workdir: Path) -> None:
+    """Its name's engine record belongs to the tracked instance: answered with the shared pool, and
+    the tracked instance keeps its CPUs."""
+    settings = make_settings(workdir)
+    async with running(settings) as r:
+        mine = await started(r, Path(settings.reconcile.cgroup_root), GPOD, G)
+        twin = container(GPOD, "app", 2000, 2000, cid="gold-app-old", cpus=str(mine))
+        reply = await r.conn.update_container(resize(twin, GPOD, 2000))
+        assert reply is not None
+        assert cpuset_updates(reply.update)[twin.id][0] == str(r.topology.online - mine)
+        assert twin.id not in assignments(r.svc) and assignments(r.svc)[G.id]["cpus"] == str(mine)
