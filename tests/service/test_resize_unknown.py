@@ -10,7 +10,9 @@ plugin adopts such a container by the rebuild rules, or at least answers with th
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from svc_harness import assignments, checkpoint_entries, container, cpuset_updates, make_settings, pod, running
@@ -21,7 +23,8 @@ from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import TtrpcStatusError
 from nri_pinner.service.app import Service
-from testkit.fake_runtime import CONTAINERD_1_7_24
+from nri_pinner.service.rebuild import rebuild
+from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9
 
 B = container(BPOD, "app", 100)
 G = container(GPOD, "app", 2000, 2000)
@@ -144,3 +147,22 @@ async def test_an_unknown_instance_of_a_known_name_is_not_adopted(workdir: Path)
         assert reply is not None
         assert cpuset_updates(reply.update)[twin.id][0] == str(r.topology.online - mine)
         assert twin.id not in assignments(r.svc) and assignments(r.svc)[G.id]["cpus"] == str(mine)
+
+
+async def test_an_unknown_container_over_budget_gets_the_shared_pool_and_is_adopted_late(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = make_settings(workdir, nri={"budget_margin_ms": 400})
+    async with running(settings, CONTAINERD_2_1_9, request_timeout=1.0) as r:  # budget 0.6 s
+        mine = await started(r, Path(settings.reconcile.cgroup_root), GPOD, G)
+        def slow(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(1.0)  # a blocked adoption: past the budget, inside the runtime's timeout
+            return rebuild(*args, **kwargs)
+
+        monkeypatch.setattr("nri_pinner.service.resize.rebuild", slow)
+        stale = container(BPOD, "app", 100, cpus=str(r.topology.online))
+        reply = await r.conn.update_container(resize(stale, BPOD, 200, 0))
+        assert reply is not None and not r.conn.closed
+        assert cpuset_updates(reply.update)[B.id][0] == str(r.topology.online - mine)
+        async with asyncio.timeout(5):
+            while B.id not in assignments(r.svc):
+                await asyncio.sleep(0.01)
