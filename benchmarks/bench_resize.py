@@ -3,7 +3,8 @@
 The node (2 sockets x 4 NUMA x 16 cores x 2 threads) is half used by random 1-8 CPU
 containers admitted through the engine, so the free set is fragmented; the resized
 container is admitted on it first. Rows: grow by 1/4/16 CPUs, shrink back toward the
-baseline after a grow, and the class changes (fractional -> integer, integer -> fractional),
+baseline after a grow, and the class changes (fractional -> integer, also with a GPU in the
+admission as the service passes it; integer -> fractional),
 for the default options, full-pcpus-only and distribute-cpus-across-numa, each under
 Topology Manager best-effort and restricted.
 
@@ -39,6 +40,7 @@ from shapes import machine
 from nri_pinner.config import from_mapping
 from nri_pinner.engine.admission import AdmissionRequest, Engine
 from nri_pinner.engine.cpumanager.state import EngineState
+from nri_pinner.engine.devicemanager.hints import Device
 
 TARGET_MS = 1.0
 OPTIONS = {"default": [], "full-pcpus-only": ["full-pcpus-only"],
@@ -47,7 +49,7 @@ OPTIONS = {"default": [], "full-pcpus-only": ["full-pcpus-only"],
 
 def make_engine(options: list[str], tm: str) -> Engine:
     settings = from_mapping({"cpu_manager": {"reserved_cpu_count": 2, "policy_options": options},
-                             "topology_manager": {"policy": tm}})
+                             "topology_manager": {"policy": tm}, "hints": {"providers": ["cpu", "devices"]}})
     return Engine.from_settings(settings, machine(2, 4, 16, 2))
 
 
@@ -72,7 +74,8 @@ def _p99(samples: list[float]) -> float:
     return samples[min(len(samples) - 1, int(len(samples) * 0.99))]
 
 
-def measure(engine: Engine, state: EngineState, milli: int, repeat: int) -> tuple[float, float, float, str]:
+def measure(engine: Engine, state: EngineState, milli: int, repeat: int,
+            like: AdmissionRequest | None = None) -> tuple[float, float, float, str]:
     """(median wall ms, p99 wall ms, p99 thread-CPU ms, outcome)."""
     wall: list[float] = []
     cpu: list[float] = []
@@ -80,7 +83,7 @@ def measure(engine: Engine, state: EngineState, milli: int, repeat: int) -> tupl
     outcome = ""
     for _ in range(repeat):
         c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
-        _, d = engine.resize(state, "bench", "c", "guaranteed", milli, milli)
+        _, d = engine.resize(state, "bench", "c", "guaranteed", milli, milli, like=like)
         wall.append((time.perf_counter_ns() - w0) / 1e6)
         cpu.append((time.thread_time_ns() - c0) / 1e6)
         outcome = d.kind if d.applied else d.reason
@@ -96,18 +99,22 @@ def run(repeat: int, seed: int) -> bool:
         for tm in ("best-effort", "restricted"):
             engine = make_engine(options, tm)
             base = half_used(engine, random.Random(seed))
-            rows: list[tuple[str, EngineState, int]] = []
+            rows: list[tuple[str, EngineState, int, AdmissionRequest | None]] = []
             s4 = with_container(engine, base, 4000)
             for extra in (2, 4, 16):
-                rows.append((f"grow 4 -> {4 + extra}", s4, (4 + extra) * 1000))
+                rows.append((f"grow 4 -> {4 + extra}", s4, (4 + extra) * 1000, None))
             grown, d = engine.resize(s4, "bench", "c", "guaranteed", 20000, 20000)
             if d.applied:
-                rows.append(("shrink 20 -> 8", grown, 8000))
-                rows.append(("shrink 20 -> 4", grown, 4000))
-            rows.append(("to-shared 4 -> 0.5", s4, 500))
-            rows.append(("to-exclusive 0.5 -> 4", with_container(engine, base, 500), 4000))
-            for change, state, milli in rows:
-                median, p99, p99_cpu, outcome = measure(engine, state, milli, repeat)
+                rows.append(("shrink 20 -> 8", grown, 8000, None))
+                rows.append(("shrink 20 -> 4", grown, 4000, None))
+            rows.append(("to-shared 4 -> 0.5", s4, 500, None))
+            frac = with_container(engine, base, 500)
+            rows.append(("to-exclusive 0.5 -> 4", frac, 4000, None))
+            # as the service asks it: with the container's GPU (on NUMA node 5) from the update
+            gpu = AdmissionRequest("bench", "c", "guaranteed", devices={"nvidia": [Device("gpu0", frozenset({5}))]})
+            rows.append(("to-exclusive +GPU", frac, 4000, gpu))
+            for change, state, milli, like in rows:
+                median, p99, p99_cpu, outcome = measure(engine, state, milli, repeat, like)
                 met = p99_cpu < TARGET_MS
                 ok &= met
                 print(f"{label:16} {tm:12} {change:22} {median:>10.3f} {p99:>9.3f} {p99_cpu:>8.3f}  {outcome}"

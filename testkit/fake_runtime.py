@@ -99,6 +99,7 @@ class FakeRuntime:
         forbid_unsolicited_updates: bool | None = None,
         failing_update_ids: Iterable[str] = (),
         erroring_update_ids: Iterable[str] = (),
+        synchronize: bool = True,
         logger: Any = None,
     ) -> None:
         self.profile = profile
@@ -114,6 +115,7 @@ class FakeRuntime:
         self.forbid_unsolicited_updates = forbid_unsolicited_updates
         self.failing_update_ids = frozenset(failing_update_ids)  # reported in `failed`
         self.erroring_update_ids = frozenset(erroring_update_ids)  # the whole call answers an error status
+        self.synchronize = synchronize  # False: as containerd 1.7 with a pre-installed plugin (never synchronized)
         self.log = KvLogger(logger, "testkit.fake_runtime")
         self.plugins: list[PluginConnection] = []
         self._handshakes: asyncio.Queue[PluginConnection] = asyncio.Queue()

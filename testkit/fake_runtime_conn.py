@@ -150,7 +150,8 @@ class PluginConnection:
             if not self.registered.is_set():
                 raise PluginDropped(f"connection closed before registration: {self.close_reason}")
             await self._configure()
-            await self._synchronize(list(pods), list(containers))
+            if self.runtime.synchronize:
+                await self._synchronize(list(pods), list(containers))
             self.ready.set()
         except TimeoutError:
             self.close("timed out waiting for plugin registration")

@@ -226,14 +226,19 @@ class Engine:
 
     # -- in-place resize (engine only; see cpumanager/resize.py) ---------------------------------
     def resize(self, state: EngineState, pod: str, container: str, qos: QoS | str,
-               cpu_request_milli: int | None, cpu_limit_milli: int | None) -> tuple[EngineState, ResizeDecision]:
-        """Apply a new CPU request/limit to an admitted container; refusals are data (state unchanged)."""
+               cpu_request_milli: int | None, cpu_limit_milli: int | None,
+               like: AdmissionRequest | None = None) -> tuple[EngineState, ResizeDecision]:
+        """Apply a new CPU request/limit to an admitted container; refusals are data (state unchanged).
+        ``like``: what a create of this container would be asked (devices, pod total, hints), for
+        the fresh admission of fractional -> integer; its CPU values and memory are not used."""
         a = state.get(pod, container)
         n = guaranteed_cpus(QoS.parse(qos), cpu_request_milli, cpu_limit_milli)
         if a is not None and not a.exclusive and n > 0:
-            # shared -> exclusive is a fresh exclusive admission (topology manager included)
-            new_state, d = self.admit(state.with_changes(drop=a.key), AdmissionRequest(
-                pod, container, qos, cpu_request_milli or 0, cpu_limit_milli or 0, a.init, a.restartable))
+            # shared -> exclusive is a fresh exclusive admission, aligned as a create is
+            request = replace(like or AdmissionRequest(pod, container, qos), pod=pod, container=container, qos=qos,
+                              cpu_request_milli=cpu_request_milli or 0, cpu_limit_milli=cpu_limit_milli or 0,
+                              init=a.init, restartable=a.restartable, memory=self._held_memory(state, pod, container))
+            new_state, d = self.admit(state.with_changes(drop=a.key), request)
             if not d.admitted:
                 return state, refused(state, a, pod, container, AdmissionError(d.message, d.reason))
             return new_state, ResizeDecision(pod, container, True, "to-exclusive", True, d.cpus, EMPTY, d.cpus,
@@ -245,3 +250,15 @@ class Engine:
             return state, refused(state, a, pod, container, exc)
         return new_state, replace(rd, mems=self.mems_of(rd.cpus))
 
+    def _held_memory(self, state: EngineState, pod: str, container: str) -> dict[str, int]:
+        """The memory request of the blocks the container holds ({} when none). Asked again with it,
+        the memory provider hints the blocks' own nodes (the kubelet's regenerateHints: strict
+        policies refuse CPUs elsewhere, best-effort prefers them) and allocates nothing new. A
+        resize never allocates memory: a container holding none brings no memory constraint."""
+        if self.memory is None or "memory" not in state.providers:
+            return {}
+        blocks = memory_state(state.providers["memory"]).get(pod, container) or ()
+        held: dict[str, int] = {}
+        for b in blocks:
+            held[b.type] = held.get(b.type, 0) + b.size
+        return held

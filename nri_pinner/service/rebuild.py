@@ -91,11 +91,14 @@ def note_unreadable(result: Rebuilt, metrics: Metrics) -> None:
 
 
 def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
-            containers: Sequence[api.Container], cgroup: CgroupReader | None = None) -> Rebuilt:
+            containers: Sequence[api.Container], cgroup: CgroupReader | None = None,
+            start: EngineState | None = None) -> Rebuilt:
+    """``start``: place the containers into this state instead of an empty one (adopting a container
+    an event names that Synchronize did not list, `service/resize.py`)."""
     pods_by_id = {p.id: p for p in pods}
     active = [c for c in containers
               if c.state != api.CONTAINER_STOPPED and c.pod_sandbox_id in pods_by_id]
-    state = engine.initial_state()
+    state = engine.initial_state() if start is None else start
     out = Rebuilt(state, {}, [])
     tracked, repairs = out.containers, out.repairs
     # Containers the previous state knew go first, so they keep their CPUs.

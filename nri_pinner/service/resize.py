@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..engine.cpumanager.resize import STRICT_POLICIES, ResizeDecision
-from ..engine.cpumanager.state import EngineState
+from ..engine.admission import AdmissionRequest
+from ..engine.cpumanager.resize import ResizeDecision
 from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import CPUSet, CPUSetError
 from ..nri.gen import api_pb2 as api
 from .cpuset_sync import cpu_update
 from .intent import GUARANTEED, cpu_limit_milli, shares_to_milli
+from .rebuild import note_unreadable, rebuild
 from .tracker import Tracked, desired_of
 
 if TYPE_CHECKING:
@@ -76,12 +77,14 @@ class Resizer:
         cpu = req.linux_resources.cpu
         wait_for = 0
         with tr.lock:
-            t = tr.containers.get(req.container.id)
-            if t is None or t.stopped:
+            t = tr.containers.get(req.container.id) or self._adopt(req)
+            if t is None:
+                return self._unknown(req)
+            if t.stopped:
                 return api.UpdateContainerResponse(update=p._pending_updates())
             resized = is_resize(cpu)
             if resized:
-                wait_for = self._resize(t, req.linux_resources)
+                wait_for = self._resize(t, req)
             else:
                 desired = tr.desired(t)[0]
                 try:
@@ -108,9 +111,13 @@ class Resizer:
         self.plugin.metrics.late_replies.labels("UpdateContainer").inc()
         view = self.plugin.tracker.published
         t = view.containers.get(req.container.id) if view is not None else None
-        if view is None or t is None or t.stopped:
+        if view is None or (t is not None and t.stopped) or (t is None and not _adoptable(req)):
             return api.UpdateContainerResponse()
         engine = view.engine
+        if t is None:  # unknown (adopted by the late handler): never on CPUs that may be exclusive now
+            pool = view.shared_pool
+            return api.UpdateContainerResponse(update=[cpu_update(
+                req.container.id, pool, ",".join(map(str, engine.mems_of(pool))))])
         cpus, mems = desired_of(engine, view.state, view.shared_pool, t.key,
                                 lambda c: ",".join(map(str, engine.mems_of(c))))
         log.warning("update over budget: answered with the container's current cpuset", container=t.key[1],
@@ -141,6 +148,49 @@ class Resizer:
             log.warning("pod resize cannot get its exclusive CPUs; its containers' updates will be refused", **fields)
         return api.UpdatePodSandboxResponse()
 
+    def _adopt(self, req: api.UpdateContainerRequest) -> Tracked | None:
+        """Track a running container this update names but Synchronize did not list (README "Resize":
+        unknown containers): containerd 1.7 never synchronizes a pre-installed plugin, and a runtime
+        that has not loaded every container yet leaves them out. It is placed by the rebuild rules
+        (`rebuild` into the current state): its cgroup's cpuset trusted, a Guaranteed integer one
+        keeps exclusive CPUs it runs on (or its checkpointed ones) when they are free, otherwise it
+        is admitted again or waits on the shared pool. None when it cannot be placed. Lock held."""
+        p, tr, c = self.plugin, self.plugin.tracker, req.container
+        if not _adoptable(req):
+            return None
+        if any(o.key[1] == c.name for o in tr.containers.in_pod(req.pod.uid or req.pod.name)):
+            return None  # another instance holds its name (and engine record): the create replaces it
+        p._release_seeded(c.id)  # the checkpoint's hold: `rebuild` gives these CPUs back from the entry
+        entry = p._prior.get(c.id)
+        result = rebuild(tr.engine, {c.id: entry} if entry is not None else {}, [req.pod], [c], p._read_cgroup,
+                         start=tr.state)
+        t = result.containers.get(c.id)
+        if t is None:
+            return None
+        tr.state = result.state
+        tr.containers[c.id] = t
+        p._waiting.extend(result.waiting)
+        note_unreadable(result, p.metrics)
+        for message in result.repairs:
+            log.warning("state repaired", repair=message)
+        log.warning("container not known from Synchronize adopted on its update", pod=f"{req.pod.namespace}/"
+                    f"{req.pod.name}", container=c.name, container_id=c.id[:12], cpus=str(tr.desired(t)[0]),
+                    exclusive=bool((a := tr.state.get(*t.key)) and a.exclusive))
+        p._commit()
+        return t
+
+    def _unknown(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
+        """A container that cannot be adopted: the shared pool for a running one, never no cpuset (with
+        which runc would apply containerd's stale create-time set, possibly on exclusive CPUs)."""
+        tr, c = self.plugin.tracker, req.container
+        updates = self.plugin._pending_updates()
+        if c.id and c.state != api.CONTAINER_STOPPED:
+            pool = tr.shared_pool
+            log.warning("update of an unknown container answered with the shared pool", container_id=c.id[:12],
+                        container=c.name, cpus=str(pool))
+            updates.insert(0, cpu_update(c.id, pool, ",".join(map(str, tr.engine.mems_of(pool)))))
+        return api.UpdateContainerResponse(update=updates)
+
     def _reply(self, t: Tracked, resized: bool) -> api.UpdateContainerResponse:
         """The container's set (the runtime applies it with the update), plus pool changes for
         containers without a cgroup. Call with the tracker lock held. After a resize a started
@@ -152,19 +202,17 @@ class Resizer:
         updates = [cpu_update(t.container_id, desired, mems), *self.plugin._pending_updates(exclude=t.container_id)]
         return api.UpdateContainerResponse(update=updates)
 
-    def _resize(self, t: Tracked, resources: api.LinuxResources) -> int:
+    def _resize(self, t: Tracked, req: api.UpdateContainerRequest) -> int:
         """Apply a kubelet resize (lock held); returns the generation the reply must wait for (0: none)."""
         p, tr = self.plugin, self.plugin.tracker
         started = time.perf_counter()
-        request, limit = requested(t, resources)
+        request, limit = requested(t, req.linux_resources)
         before = tr.desired(t)[0]
         if t.intent.source != "cgroup":  # the pod's annotation fixes the CPUs; the kubelet's values do not
             self._note(t, "annotation", "", before, before, request, limit,
                        "CPUs come from a nri-pinner.io annotation; resize keeps them")
             return 0
-        state, d = tr.engine.resize(tr.state, *t.key, t.intent.qos, request, limit)
-        if d.applied and d.added and (why := self._off_memory(state, t, d.cpus)):
-            d = replace(d, applied=False, reason="TopologyAffinityError", message=why)
+        state, d = tr.engine.resize(tr.state, *t.key, t.intent.qos, request, limit, like=self._like(t, req))
         if not d.applied:
             self._note(t, "refused", d.reason, before, before, request, limit, d.message)
             tr.publish()  # status shows the refusal
@@ -179,20 +227,18 @@ class Resizer:
             return tr.generation
         return 0
 
-    def _off_memory(self, state: EngineState, t: Tracked, cpus: CPUSet) -> str:
-        """Why new exclusive CPUs break a strict policy's alignment with the container's memory blocks
-        ("" when they do not). A grow stays inside the admitted affinity already; fractional -> integer
-        is a CPU-only admission (the blocks stay where they are) and can land on another node."""
-        engine = self.plugin.tracker.engine
-        policy = engine.manager.policy.value
-        memory = engine.memory_mems(state, *t.key)
-        if policy not in STRICT_POLICIES or not memory:
-            return ""
-        nodes = engine.topology.numa_of(cpus)
-        if set(nodes) <= set(memory):
-            return ""
-        return (f"exclusive CPUs {cpus} would be on NUMA node(s) {nodes} but the container's memory is on "
-                f"{list(memory)} (topology manager policy {policy}; a resize does not move memory)")
+    def _like(self, t: Tracked, req: api.UpdateContainerRequest) -> AdmissionRequest | None:
+        """What a create of this container is asked beyond its CPUs (its devices; the NIC provider
+        reads the pod's NICs itself), for the fresh admission of fractional -> integer; None for a
+        container that is exclusive already (a grow stays inside its admitted affinity). Its memory
+        is the blocks it holds (`Engine.resize`), not the update's limits: a resize never allocates
+        memory. No pod total: the update's pod record has the create-time pod resources (stale)."""
+        a = self.plugin.tracker.state.get(*t.key)
+        if a is None or a.exclusive:
+            return None
+        extras = self.plugin.intake.extras(req.container, t.intent.qos == GUARANTEED)
+        extras.pop("memory", None)
+        return AdmissionRequest(*t.key, t.intent.qos, init=t.intent.init, restartable=t.intent.restartable, **extras)
 
     def _note(self, t: Tracked, outcome: str, reason: str, before: CPUSet, after: CPUSet, request: int,
               limit: int, message: str, d: ResizeDecision | None = None, seconds: float = 0.0) -> None:
@@ -214,3 +260,9 @@ class Resizer:
                      request_milli=request, limit_milli=limit, **({"note": message} if message else {}),
                      **({"kept": str(d.kept), "added": str(d.added), "released": str(d.released),
                          "decision_ms": round(seconds * 1000, 3)} if d is not None else {}))
+
+
+def _adoptable(req: api.UpdateContainerRequest) -> bool:
+    """What `rebuild` places: a container that is not stopped, of the pod the update names."""
+    c = req.container
+    return bool(c.id) and c.state != api.CONTAINER_STOPPED and bool(req.pod.id) and c.pod_sandbox_id == req.pod.id

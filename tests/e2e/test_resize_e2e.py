@@ -127,3 +127,48 @@ def test_no_sample_shares_the_cpu_a_resize_made_exclusive(containerd: PrivateCon
     assert len(exclusive) >= ROUNDS and leaks == []
     containerd.remove_pod(guar)
     containerd.remove_pod(burst)
+
+
+def test_update_of_a_container_the_restarted_plugin_never_synchronized(containerd: PrivateContainerd,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pre-installed nri-pinner, containerd restarted under running pods (1.7.24 never synchronizes a
+    pre-installed plugin; 2.1 does). The kubelet then resizes the burstable pod: containerd's stored
+    spec still has its create-time cpuset (0-1, from before the Guaranteed pod took CPU 1), which
+    runc applies unless the plugin's reply carries the shared pool. The plugin adopts it."""
+    import sys
+    import tempfile
+
+    from nri_pinner.install import install
+
+    from .pinner import PLUGIN_NAME, Pinner, config_text, wait_for
+
+    state = Path(tempfile.mkdtemp(prefix="pinner-pre-", dir="/tmp"))
+    config = state / "config.toml"
+    config.write_text(config_text(containerd, state, log={"file": str(state / "nri-pinner.log")}))
+    monkeypatch.setenv("NRI_PINNER_INSTALL_ROOT", str(containerd.workdir))
+    plugin_dir = "/" + str(containerd.paths.nri_plugin_dir.relative_to(containerd.workdir))
+    assert install(plugin_dir, "90", str(config), python=sys.executable) == 0
+    pinner = Pinner(containerd, None, config, state / "inspect.sock", state / "checkpoint.json")  # type: ignore[arg-type]
+    try:
+        since = containerd.log_offset()
+        containerd.restart()
+        containerd.wait_plugin_active(PLUGIN_NAME, since=since, timeout=30)
+        burst = containerd.run_pod("burstable", 250, 500)  # created first: on 0-1
+        guar = containerd.run_pod("guaranteed", 1000, 1000)
+        (b,), (g,) = burst.container_ids, guar.container_ids
+        assert wait_for(lambda: containerd.cgroup_cpuset(b) == "0", timeout=10)
+        since = containerd.log_offset()
+        containerd.restart()  # the pods keep running in their shims; the plugin is launched again
+        containerd.wait_plugin_active(PLUGIN_NAME, since=since, timeout=30)
+        containerd.cri.update_container_resources(b, cpu_shares=300, cpu_quota=50_000, cpu_period=PERIOD)
+        allowed = containerd.cpus_allowed_list(b), containerd.cpus_allowed_list(g)
+        print(f"\ncontainerd {containerd.version}: after the restart, the burstable pod's resize leaves it on "
+              f"{allowed[0]} (Guaranteed on {allowed[1]})")
+        assert allowed == ("0", "1")
+        doc = pinner.assignment(b)
+        assert doc["exclusive"] is False
+        containerd.remove_pod(guar)
+        containerd.remove_pod(burst)
+    finally:
+        assert install(plugin_dir, "90", str(config), uninstall=True) == 0
+        containerd.restart()  # containerd kills its pre-installed plugins when it stops

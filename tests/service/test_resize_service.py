@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 from svc_harness import (
+    DUAL_SOCKET,
     PERIOD,
     Running,
     assignments,
     checkpoint_entries,
     container,
+    copy_sysfs,
     cpuset_updates,
     create,
     document,
@@ -40,11 +42,13 @@ from nri_pinner.service import cgroup_writer
 from nri_pinner.service.alignment import memory_policy
 from nri_pinner.service.app import Service
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, CONTAINERD_2_3_0, RuntimeProfile
+from testkit.scripts import load_script
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 B = container(BPOD, "app", 100)
 G = container(GPOD, "app", 2000, 2000)
 F = container(GPOD, "frac", 500, 500)  # Guaranteed, fractional: on the shared pool
+devgen = load_script("gen_sysfs_devices")
 
 
 def resize(c: api.Container, p: api.PodSandbox, milli: int, limit: int | None = None) -> api.UpdateContainerRequest:
@@ -276,9 +280,9 @@ async def test_an_update_over_budget_gets_the_current_cpuset_and_the_late_resize
         engine = r.svc.tracker.engine
         real = engine.resize
 
-        def slow(*args: Any) -> Any:
+        def slow(*args: Any, **kwargs: Any) -> Any:
             time.sleep(1.0)  # a blocked decision: past the budget, inside the runtime's timeout
-            return real(*args)
+            return real(*args, **kwargs)
 
         monkeypatch.setattr(engine, "resize", slow)
         reply = await r.conn.update_container(resize(G, GPOD, 4000))
@@ -296,10 +300,11 @@ async def test_an_update_over_budget_gets_the_current_cpuset_and_the_late_resize
 
 
 @pytest.mark.parametrize("policy", ["single-numa-node", "best-effort"])
-async def test_fractional_to_integer_away_from_its_memory(workdir: Path, policy: str) -> None:
+async def test_fractional_to_integer_follows_its_memory(workdir: Path, policy: str) -> None:
     """A fractional Guaranteed container holds Memory Manager blocks too (here on node 1: node 0's
-    memory is taken). Its resize to integer CPUs is a CPU-only admission that would pick node 0:
-    single-numa-node refuses it, best-effort takes it and cpuset.mems stays the memory's node."""
+    memory is taken). Its resize to integer CPUs is admitted with those blocks (README "Resize":
+    memory): the CPUs come from node 1 and the blocks stay as they are. With node 1's CPUs all
+    taken, single-numa-node refuses (naming memory) and best-effort takes node 0, mems staying 1."""
     settings = make_settings(workdir, topology_manager={"policy": policy},
                              hints={"providers": ["cpu", "memory"]}, memory_manager={"reserved_memory": "0:memory=1Gi"})
     topo = discover(settings.sysfs_root)
@@ -310,18 +315,63 @@ async def test_fractional_to_integer_away_from_its_memory(workdir: Path, policy:
     async with running(settings, svc=svc) as r:
         await started(r, root, GPOD, big)
         shared = await started(r, root, GPOD, frac)
-        assert svc.tracker.engine.memory_mems(svc.tracker.state, GPOD.uid, "big") == (0,)
-        assert svc.tracker.engine.memory_mems(svc.tracker.state, GPOD.uid, "frac") == (1,)
+        engine = svc.tracker.engine
+        assert engine.memory_mems(svc.tracker.state, GPOD.uid, "big") == (0,)
+        assert engine.memory_mems(svc.tracker.state, GPOD.uid, "frac") == (1,)
+        blocks = svc.tracker.state.to_dict()["providers"]["memory"]
+        reply = await r.conn.update_container(resize(frac, GPOD, 2000))
+        assert reply is not None
+        cpus, mems = cpuset_updates(reply.update)[frac.id]
+        assert topo.numa_of(CPUSet.parse(cpus)) == [1] and mems == "1"
+        assert svc.tracker.state.to_dict()["providers"]["memory"] == blocks  # nothing allocated twice
+        reply = await r.conn.update_container(resize(frac, GPOD, 500))  # back to the shared pool
+        assert reply is not None and cpuset_updates(reply.update)[frac.id][0] == str(shared)
+        free = len(topo.numa_cpus[1] - engine.policy.reserved)
+        fill = container(GPOD, "fill", free * 1000, free * 1000)  # node 1's CPUs, no memory
+        assert topo.numa_of(await started(r, root, GPOD, fill)) == [1]
         if policy == "single-numa-node":
-            with pytest.raises(TtrpcStatusError, match=r"TopologyAffinityError: exclusive CPUs .* on NUMA node\(s\) "
-                               r"\[0\] but the container's memory is on \[1\]"):
+            with pytest.raises(TtrpcStatusError, match=r"TopologyAffinityError: .*cannot be satisfied: cpu "
+                               r"\(conflicts with memory"):
                 await r.conn.update_container(resize(frac, GPOD, 2000))
             doc = assignments(r.svc)[frac.id]
-            assert (doc["exclusive"], doc["cpus"], doc["resize"]["reason"]) == (False, str(shared),
-                                                                                "TopologyAffinityError")
+            assert (doc["exclusive"], doc["cpus"], doc["resize"]["reason"]) == (False, str(shared - CPUSet.parse(
+                assignments(r.svc)[fill.id]["cpus"])), "TopologyAffinityError")
             assert count(r.svc, "refused", "TopologyAffinityError") == 1
         else:
             reply = await r.conn.update_container(resize(frac, GPOD, 2000))
             assert reply is not None
             cpus, mems = cpuset_updates(reply.update)[frac.id]
-            assert topo.numa_of(CPUSet.parse(cpus)) == [0] and mems == "1"
+            assert topo.numa_of(CPUSet.parse(cpus)) == [0] and mems == "1"  # the memory did not move
+        assert svc.tracker.state.to_dict()["providers"]["memory"] == blocks
+
+
+@pytest.mark.parametrize("node1_full", [False, True])
+async def test_fractional_to_integer_aligns_with_the_containers_gpu(workdir: Path, node1_full: bool) -> None:
+    """The update carries the container (its linux.devices): fractional -> integer under
+    single-numa-node is admitted as a create with that GPU is -- node-1 CPUs, or refused naming
+    the devices provider when node 1 has no room. (A CPU-only admission would pick node 0.)"""
+    sysfs = copy_sysfs(DUAL_SOCKET, workdir / "sysfs")
+    devgen.gpu_box(sysfs)  # GPU char 195:1 on NUMA node 1
+    settings = make_settings(workdir, sysfs=sysfs, topology_manager={"policy": "single-numa-node"},
+                             hints={"providers": ["cpu", "devices"]})
+    root = Path(settings.reconcile.cgroup_root)
+    frac = container(GPOD, "cuda", 500, 500)
+    frac.linux.devices.append(api.LinuxDevice(path="/dev/nvidia1", type="c", major=195, minor=1))
+    async with running(settings) as r:
+        topo = r.topology
+        if node1_full:
+            free = len(topo.numa_cpus[1] - r.svc.tracker.engine.policy.reserved)
+            other = pod("other")
+            assert topo.numa_of(await started(r, root, other, container(other, "x", free * 1000, free * 1000))) == [1]
+        shared = await started(r, root, GPOD, frac)
+        if node1_full:
+            with pytest.raises(TtrpcStatusError, match=r"TopologyAffinityError: .*cannot be satisfied: cpu "
+                               r"\(conflicts with devices\[nvidia\]\)"):
+                await r.conn.update_container(resize(frac, GPOD, 2000))
+            assert assignments(r.svc)[frac.id]["cpus"] == str(shared)
+            return
+        reply = await r.conn.update_container(resize(frac, GPOD, 2000))
+        assert reply is not None
+        cpus, mems = cpuset_updates(reply.update)[frac.id]
+        assert topo.numa_of(CPUSet.parse(cpus)) == [1] and mems == "1"
+        assert assignments(r.svc)[frac.id]["admitted"] == cpus
