@@ -21,6 +21,7 @@ from functools import cached_property
 
 from ..topologymanager.cpu_hints import CPUTopologyHints
 from ..topologymanager.hints import TopologyHint, nodes_of
+from ..topologymanager.implicit import UpForm
 
 
 class MemoryHints(CPUTopologyHints):
@@ -32,6 +33,12 @@ class MemoryHints(CPUTopologyHints):
         self.extras = extras
         self._free = {r: dict(w) for r, w in pool_free.items()}
         self._need = dict(requests)
+
+    def up_form(self) -> UpForm:
+        """Pool masks with enough free memory (an up-set inside the pool) plus the used-node masks."""
+        kinds = sorted(self._need)
+        weights = {n: tuple(self._free[r].get(n, 0) for r in kinds) for n in nodes_of(self.pool)}
+        return UpForm(self.pool, 0, weights, tuple(self._need[r] for r in kinds), self.extras)
 
     def _enough(self, mask: int) -> bool:
         bits = nodes_of(mask)

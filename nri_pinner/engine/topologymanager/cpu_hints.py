@@ -25,6 +25,7 @@ from typing import overload
 from ..cpuset import EMPTY, CPUSet
 from ..topology.model import Topology
 from .hints import HintRequest, ResourceHints, TopologyHint, nodes_of
+from .implicit import UpForm
 
 
 class CPUTopologyHints(Sequence[TopologyHint]):
@@ -81,6 +82,10 @@ class CPUTopologyHints(Sequence[TopologyHint]):
         if total < self.threshold or size == 0:
             return None
         return size
+
+    def up_form(self) -> UpForm:
+        """This list as an up-set form (the merge's search over several implicit sources)."""
+        return UpForm(self.universe, self.required, {n: (w,) for n, w in self._w.items()}, (self.threshold,))
 
     # -- structured enumeration (used by the merge) --------------------------
     def masks_within(self, within: int, size: int) -> Iterator[int]:
