@@ -96,11 +96,16 @@ class MemoryHints(CPUTopologyHints):
     def __iter__(self) -> Iterator[TopologyHint]:
         """The kubelet's list (by size, then node combination order), from the pool and the extras only."""
         pool_nodes = nodes_of(self.pool)
+        needs = list(self._need.items())
+        free = [(1 << n, [self._free[r].get(n, 0) for r, _ in needs]) for n in pool_nodes]
         for size in range(1, len(self.nodes) + 1):  # lazily, size by size: callers often want a few
             masks = {m for m in self.extras if m.bit_count() == size}
-            if size <= len(pool_nodes):
-                masks.update(m for m in (sum(1 << n for n in c) for c in itertools.combinations(pool_nodes, size))
-                             if self._enough(m))
+            for combo in itertools.combinations(free, size):  # _enough, inlined: status walks this
+                mask = 0
+                for bit, _ in combo:
+                    mask |= bit
+                if all(sum(held[i] for _, held in combo) >= need for i, (_, need) in enumerate(needs)):
+                    masks.add(mask)
             for m in sorted(masks, key=nodes_of):
                 yield TopologyHint(m, self.is_preferred(m))
 

@@ -73,8 +73,11 @@ class StaticMemoryPolicy:
     def machine(self, state: MemoryState) -> Machine:
         """Per-node tables after replaying every block in admission order (cached per state)."""
         cached = self._machine_cache
-        if cached is not None and cached[0] is state:
-            return cached[1]
+        if cached is not None and (cached[0] is state or (
+                len(cached[0].blocks) == len(state.blocks)
+                and list(cached[0].blocks.items()) == list(state.blocks.items()))):
+            return cached[1]  # same blocks in the same order replay to the same tables (the engine
+            # rebuilds MemoryState from its checkpoint form often)
         machine: Machine = {
             n: NodeState({k: Table(*v) for k, v in t.items()}, (n,)) for n, t in self._default.items()}
         for blocks in state.blocks.values():

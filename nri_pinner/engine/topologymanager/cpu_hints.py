@@ -186,10 +186,16 @@ class CPUTopologyHints(Sequence[TopologyHint]):
 
     # -- Sequence: the kubelet's list, in the kubelet's order -----------------
     def __iter__(self) -> Iterator[TopologyHint]:
-        for size in range(1, len(self.nodes) + 1):
-            for combo in itertools.combinations(self.nodes, size):
-                mask = sum(1 << n for n in combo)
-                if self.is_hint(mask):
+        # is_hint inlined: status summaries walk the first hints of every admission
+        required, threshold = self.required, self.threshold
+        bits = [(1 << n, self._w[n]) for n in self.nodes]
+        for size in range(1, len(bits) + 1):
+            for combo in itertools.combinations(bits, size):
+                mask = total = 0
+                for bit, weight in combo:
+                    mask |= bit
+                    total += weight
+                if mask & required == required and total >= threshold:
                     yield TopologyHint(mask, self.is_preferred(mask))
 
     @cached_property
