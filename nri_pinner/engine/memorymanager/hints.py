@@ -98,7 +98,10 @@ class MemoryHints(CPUTopologyHints):
         pool_nodes = nodes_of(self.pool)
         needs = list(self._need.items())
         free = [(1 << n, [self._free[r].get(n, 0) for r, _ in needs]) for n in pool_nodes]
-        for size in range(1, len(self.nodes) + 1):  # lazily, size by size: callers often want a few
+        low = self.narrowest_count  # no hint is narrower
+        if low is None:
+            return
+        for size in range(low, len(self.nodes) + 1):  # lazily, size by size: callers often want a few
             masks = {m for m in self.extras if m.bit_count() == size}
             for combo in itertools.combinations(free, size):  # _enough, inlined: status walks this
                 mask = 0
