@@ -41,6 +41,9 @@ class MemoryHints(CPUTopologyHints):
         return UpForm(self.pool, 0, weights, tuple(self._need[r] for r in kinds), self.extras)
 
     def _enough(self, mask: int) -> bool:
+        if mask & (mask - 1) == 0:  # one node
+            n = mask.bit_length() - 1
+            return all(self._free[r].get(n, 0) >= need for r, need in self._need.items())
         bits = nodes_of(mask)
         return all(sum(self._free[r].get(n, 0) for n in bits) >= need for r, need in self._need.items())
 

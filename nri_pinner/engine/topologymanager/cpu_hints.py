@@ -44,6 +44,8 @@ class CPUTopologyHints(Sequence[TopologyHint]):
     # -- membership ----------------------------------------------------------
     def weight(self, mask: int) -> int:
         w = self._w
+        if mask & (mask - 1) == 0:  # one node (single-numa-node asks node by node)
+            return w[mask.bit_length() - 1] if mask else 0
         return sum(w[n] for n in nodes_of(mask))
 
     def is_hint(self, mask: int) -> bool:
