@@ -174,10 +174,10 @@ def engine() -> Engine:
     return Engine.from_settings(settings, topology, memory=memory)
 
 
-def admit(e: Engine, state: object, container: str, gib: int, *, init: bool = False) -> object:
+def admit(e: Engine, state: object, container: str, gib: int, *, init: bool = False, milli: int = 1000) -> object:
     from nri_pinner.engine.cpumanager.state import EngineState
     assert isinstance(state, EngineState)
-    new, decision = e.admit(state, AdmissionRequest("pod1", container, "guaranteed", 1000, 1000, init=init,
+    new, decision = e.admit(state, AdmissionRequest("pod1", container, "guaranteed", milli, milli, init=init,
                                                     memory={MEMORY: gib * GB}))
     assert decision.admitted, decision.message
     return new
@@ -197,14 +197,15 @@ def test_engine_passes_init_containers_to_the_memory_manager() -> None:
     assert e.memory.machine(m)[node].tables[MEMORY].reserved == 6 * GB
 
 
-def test_engine_does_not_reuse_a_sidecars_memory() -> None:
+@pytest.mark.parametrize("milli", [1000, 1500], ids=["exclusive-cpus", "shared-cpus"])
+def test_engine_does_not_reuse_a_sidecars_memory(milli: int) -> None:
     """An init container the service later marks restartable (still running when an app container
     came) lends nothing: the app's memory is new, the sidecar's block stays whole."""
     from dataclasses import replace
 
     from nri_pinner.engine.cpumanager.state import EngineState
     e = engine()
-    state = admit(e, e.initial_state(), "sidecar", 6, init=True)
+    state = admit(e, e.initial_state(), "sidecar", 6, init=True, milli=milli)
     assert isinstance(state, EngineState)
     a = state.get("pod1", "sidecar")
     assert a is not None
