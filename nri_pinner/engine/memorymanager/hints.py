@@ -15,6 +15,7 @@ Preferred = size equals the smallest mask with enough allocatable memory on any 
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
@@ -101,18 +102,22 @@ class MemoryHints(CPUTopologyHints):
         pool_nodes = nodes_of(self.pool)
         needs = list(self._need.items())
         free = [(1 << n, [self._free[r].get(n, 0) for r, _ in needs]) for n in pool_nodes]
+
+        def pool_masks(size: int) -> Iterator[int]:  # _enough, inlined, in combination order
+            for combo in itertools.combinations(free, size):
+                if all(sum(held[i] for _, held in combo) >= need for i, (_, need) in enumerate(needs)):
+                    mask = 0
+                    for bit, _ in combo:
+                        mask |= bit
+                    yield mask
+
         low = self.narrowest_count  # no hint is narrower
         if low is None:
             return
-        for size in range(low, len(self.nodes) + 1):  # lazily, size by size: callers often want a few
-            masks = {m for m in self.extras if m.bit_count() == size}
-            for combo in itertools.combinations(free, size):  # _enough, inlined: status walks this
-                mask = 0
-                for bit, _ in combo:
-                    mask |= bit
-                if all(sum(held[i] for _, held in combo) >= need for i, (_, need) in enumerate(needs)):
-                    masks.add(mask)
-            for m in sorted(masks, key=nodes_of):
+        for size in range(low, len(self.nodes) + 1):  # lazily: callers often want a few
+            extras = sorted((m for m in self.extras if m.bit_count() == size), key=nodes_of)
+            # pool and extras never share a mask (extras hold used nodes); both in node order
+            for m in heapq.merge(pool_masks(size), extras, key=nodes_of):
                 yield TopologyHint(m, self.is_preferred(m))
 
     def __repr__(self) -> str:

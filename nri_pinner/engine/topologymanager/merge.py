@@ -293,6 +293,8 @@ def _best_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], famil
         return min((m for m in agreed if m), key=order.preferred_key, default=None)
     assert family is not None
     for size, layer in family.preferred_layers():
+        if any(o.min_sockets is None and o.min_affinity != size for o in others):
+            continue  # such a source prefers only masks of its min_affinity size: none of this layer
         if others:
             layer = filter(everywhere, layer)
         first = next(layer, None)
