@@ -122,3 +122,24 @@ def test_five_nodes_best_effort_match_the_oracle() -> None:
         (mask, preferred), admit = naive_merge("best-effort", nodes, [listed(a) for a in answers])
         assert (fast.hint.affinity, fast.hint.preferred, fast.admit) == (mask, preferred, admit), answers
         checked += 1
+
+
+def test_closest_candidates_come_in_the_merges_order() -> None:
+    """The search lists a size's candidates by (mean distance, mask) from sums carried along;
+    that must be the merge's own ranking (``same_size_key``) on asymmetric distance tables too."""
+    from nri_pinner.engine.topologymanager.implicit import _ascending, _with_distances
+    from nri_pinner.engine.topologymanager.merge import _Order
+
+    rng = random.Random("closest-order")
+    for _ in range(30):
+        nodes = sorted(rng.sample(range(12), rng.randint(2, 9)))
+        dist = {a: {b: 10 if a == b else rng.choice([11, 12, 16, 20, 21, 30]) for b in nodes} for a in nodes}
+
+        def distance(a: int, b: int, dist: dict[int, dict[int, int]] = dist) -> int:
+            return dist[a][b]
+
+        order = _Order(distance, nodes, closest=True)
+        size = rng.randint(1, len(nodes))
+        keyed = sorted((total / (size * size), m) for m, total in _with_distances(nodes, size, order.table))
+        carried = [m for _, m in keyed]
+        assert carried == sorted(_ascending(nodes, size), key=order.same_size_key)

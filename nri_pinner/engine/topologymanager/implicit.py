@@ -156,6 +156,24 @@ def _ascending(pool: list[int], size: int) -> Iterator[int]:
         v = (((ripple ^ v) >> 2) // low) | ripple
 
 
+def _with_distances(pool: list[int], size: int, table: dict[int, dict[int, int]]) -> Iterator[tuple[int, int]]:
+    """Every ``size``-subset of ``pool`` as (mask, summed distance over all ordered node pairs),
+    the sum carried along as nodes are added instead of recomputed per mask."""
+    def pick(start: int, slots: int, mask: int, chosen: list[int], total: int) -> Iterator[tuple[int, int]]:
+        if slots == 0:
+            yield mask, total
+            return
+        for i in range(start, len(pool) - slots + 1):
+            x = pool[i]
+            row = table[x]
+            added = row[x] + sum(row[c] + table[c][x] for c in chosen)
+            chosen.append(x)
+            yield from pick(i + 1, slots - 1, mask | (1 << x), chosen, total + added)
+            chosen.pop()
+
+    yield from pick(0, size, 0, [], 0)
+
+
 def best_non_preferred_implicit(intervals: set[Interval], forms: Sequence[UpForm], order: Any,
                                 best_count: int, largest: int) -> int | None:
     """The best-ranked reachable mask (``order``: the merge's ranking), None when nothing is reachable."""
@@ -170,8 +188,10 @@ def best_non_preferred_implicit(intervals: set[Interval], forms: Sequence[UpForm
     pool = nodes_of(allowed)
     for size in order.non_preferred_sizes(best_count, min(largest, len(pool))):
         candidates: Iterator[int] | list[int] = _ascending(pool, size)
-        if order.closest:
-            candidates = sorted(candidates, key=order.same_size_key)
+        if order.closest:  # (mean distance, mask): the same floats as order.same_size_key
+            square = size * size
+            keyed = sorted((total / square, m) for m, total in _with_distances(pool, size, order.table))
+            candidates = [m for _, m in keyed]
         for mask in candidates:
             if reachable(mask, spans, choices):
                 return mask
