@@ -104,12 +104,15 @@ class MemoryHints(CPUTopologyHints):
         free = [(1 << n, [self._free[r].get(n, 0) for r, _ in needs]) for n in pool_nodes]
 
         def pool_masks(size: int) -> Iterator[int]:  # _enough, inlined, in combination order
+            if len(needs) == 1:
+                need = needs[0][1]
+                for combo in itertools.combinations(free, size):
+                    if sum(held[0] for _, held in combo) >= need:
+                        yield sum(bit for bit, _ in combo)
+                return
             for combo in itertools.combinations(free, size):
                 if all(sum(held[i] for _, held in combo) >= need for i, (_, need) in enumerate(needs)):
-                    mask = 0
-                    for bit, _ in combo:
-                        mask |= bit
-                    yield mask
+                    yield sum(bit for bit, _ in combo)
 
         low = self.narrowest_count  # no hint is narrower
         if low is None:
@@ -117,8 +120,10 @@ class MemoryHints(CPUTopologyHints):
         for size in range(low, len(self.nodes) + 1):  # lazily: callers often want a few
             extras = sorted((m for m in self.extras if m.bit_count() == size), key=nodes_of)
             # pool and extras never share a mask (extras hold used nodes); both in node order
-            for m in heapq.merge(pool_masks(size), extras, key=nodes_of):
-                yield TopologyHint(m, self.is_preferred(m))
+            masks = heapq.merge(pool_masks(size), extras, key=nodes_of) if extras else pool_masks(size)
+            preferred = size == self.min_affinity  # memory hints: preferred by size alone
+            for m in masks:
+                yield TopologyHint(m, preferred)
 
     def __repr__(self) -> str:
         return f"MemoryHints(pool={self.pool:#x}, extras={sorted(self.extras)}, need={self._need})"
