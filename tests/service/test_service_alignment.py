@@ -26,6 +26,7 @@ from svc_harness import (
 
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.cpuset import CPUSet
+from nri_pinner.engine.memorymanager.provider import memory_state
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.inspect_cli import render_status
 from nri_pinner.nri.gen import api_pb2 as api
@@ -149,3 +150,35 @@ def test_intake_memory_for_guaranteed_only(sysfs: Path, workdir: Path) -> None:
     assert page_size_bytes("1GB") == GB
     with pytest.raises(ValueError, match="unknown hugepage size"):
         page_size_bytes("2XB")
+
+
+async def test_app_container_reuses_its_init_containers_memory(workdir: Path, sysfs: Path) -> None:
+    """Nodes have 7-8 GiB allocatable: after a 6 GiB init container, a 5 GiB app container fits on
+    the init's node (where its reusable CPU is, so single-numa-node needs that node) only because it
+    reuses the exited init container's memory (kubelet Memory Manager rule); the checkpoint keeps
+    the shrunk init block, removal frees everything."""
+    settings = settings_for(workdir, sysfs)
+    svc = service(settings)
+    async with running(settings, CONTAINERD_2_3_0, svc=svc) as r:
+        gp = pod("job")
+        init = container(gp, "setup", 1000, 1000, init=True)
+        init.linux.resources.memory.limit.value = 6 * GB
+        reply = await r.conn.create_container(create(gp, init))
+        assert reply is not None
+        node = reply.adjust.linux.resources.cpu.mems
+        await r.conn.stop_container(api.StopContainerRequest(pod=gp, container=init))
+
+        app = container(gp, "main", 1000, 1000)
+        app.linux.resources.memory.limit.value = 5 * GB
+        reply = await r.conn.create_container(create(gp, app))
+        assert reply is not None and reply.adjust.linux.resources.cpu.mems == node
+        entries = checkpoint_entries(settings)
+        assert entries[init.id]["memory_blocks"] == [{"numa": [int(node)], "type": "memory", "size": GB}]
+        assert entries[app.id]["memory_blocks"] == [{"numa": [int(node)], "type": "memory", "size": 5 * GB}]
+
+        memory = svc.tracker.engine.memory
+        assert memory is not None
+        for c in (init, app):
+            assert await r.conn.state_change(api.REMOVE_CONTAINER, gp, c)
+        state = memory_state(svc.tracker.state.providers["memory"])
+        assert state.blocks == {} and memory.machine(state)[int(node)].tables["memory"].reserved == 0

@@ -13,10 +13,17 @@ ends (topoDualSocketMultiNumaPerSocketHTLarge, 168 CPUs in pairs: NUMA 0-4 and 7
 ``_go_combinations`` reproduces that aliasing exactly (Go grows a slice's capacity 0, 1, 2,
 4, 8, ...). Where the aliased choice could not be carried out (the kubelet then fails with
 an accounting error or loops forever), the best combination as scored is used instead.
+
+Speed (16 NUMA nodes, hundreds of CPUs: C(16, k) combinations, each with up to 2^k remainder
+subsets): a combination whose balance floor (``_balance_floor``, cached per multiset of free
+counts) is no better than the best so far is skipped, since only a strictly better one replaces
+it; the search walks plain tuples and the Go aliasing is replayed once, for the winner.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from collections.abc import Iterator
 
@@ -71,6 +78,20 @@ def _go_combinations(items: list[int], k: int) -> Iterator[_GoSlice]:
     yield from helper(k, 0, _GoSlice([], 0))
 
 
+def _aliased_combination(items: list[int], k: int, position: int, seen: int) -> tuple[int, ...]:
+    """What the kubelet's remembered combination number ``position`` holds once its loop has
+    generated ``seen`` combinations (later ones overwrite the shared array): replayed only for
+    the winner, so the search itself can walk plain tuples."""
+    chosen: _GoSlice | None = None
+    for i, view in enumerate(_go_combinations(items, k)):
+        if i == position:
+            chosen = view
+        if i + 1 >= seen:
+            break
+    assert chosen is not None
+    return chosen.values()
+
+
 def _spread_remainder(after: dict[int, int], subset: tuple[int, ...], remainder: int, group: int) -> bool:
     """Hand out ``remainder`` CPUs in groups round-robin over ``subset``; False if it cannot finish."""
     while remainder > 0:
@@ -91,11 +112,32 @@ def _spread_remainder(after: dict[int, int], subset: tuple[int, ...], remainder:
 Plan = tuple[tuple[int, ...], tuple[int, ...]]  # (NUMA nodes, remainder NUMA nodes)
 
 
-def _best_for_combo(
-    combo: tuple[int, ...], free_per_numa: dict[int, int], numas: list[int], n: int, group: int
-) -> tuple[float, _GoSlice | None, tuple[int, ...]] | None:
-    """(balance score, remainder subset as the kubelet holds it, remainder subset as scored)
-    of one NUMA combination, or None if it cannot hold N."""
+def _balance_floor(combo: tuple[int, ...], free_per_numa: dict[int, int], numas: list[int], n: int,
+                   group: int, distribution: int, remainder: int) -> float:
+    """A score no remainder subset of ``combo`` can beat (so the combination can be skipped when
+    it is no better than the best so far; the kubelet keeps only a strictly better one).
+
+    Every subset leaves the same total free (so the same mean); relaxing "round-robin over a
+    subset" to "any groups on any nodes of the combination", the least squared spread takes each
+    group from the currently fullest node (the sum is separable and convex). The float sum is
+    lowered by a margin far above its rounding error, and sqrt / rounding are monotone, so the
+    result never exceeds what ``_stddev`` returns for any subset."""
+    mean = _go_round3((sum(free_per_numa[x] for x in numas) - n) / len(numas))
+    inside = set(combo)
+    spread = sum((free_per_numa[x] - mean) ** 2 for x in numas if x not in inside)
+    left = [-(free_per_numa[x] - distribution) for x in combo]  # max-heap of what each node keeps
+    heapq.heapify(left)
+    for _ in range(remainder // group):
+        heapq.heapreplace(left, left[0] + group)
+    spread += sum((-v - mean) ** 2 for v in left)
+    return _go_round3(math.sqrt(spread * (1 - 1e-9) / len(numas)))
+
+
+def _combo_floor(combo: tuple[int, ...], free_per_numa: dict[int, int], numas: list[int], n: int,
+                 group: int) -> float | None:
+    """None if the combination cannot hold N (the kubelet's checks), else a score no remainder
+    subset of it can beat (see ``_balance_floor``). Both depend only on the
+    free counts inside and outside the combination, so callers cache them by that multiset."""
     if sum(free_per_numa[x] for x in combo) < n:
         return None
     if sum(free_per_numa[x] // group for x in combo) * group < n:
@@ -103,10 +145,33 @@ def _best_for_combo(
     distribution = (n // len(combo) // group) * group
     if any(free_per_numa[x] < distribution for x in combo):
         return None
+    remainder = n - distribution * len(combo)
+    return _balance_floor(combo, free_per_numa, numas, n, group, distribution, remainder)
+
+
+_UNSET = -1.0  # no cached floor yet (floors are >= 0)
+
+
+def _best_for_combo(
+    combo: tuple[int, ...], free_per_numa: dict[int, int], numas: list[int], n: int, group: int,
+    bound: float = math.inf, floors: dict[tuple[int, ...], float | None] | None = None,
+) -> tuple[float, _GoSlice | None, tuple[int, ...]] | None:
+    """(balance score, remainder subset as the kubelet holds it, remainder subset as scored)
+    of one NUMA combination, or None if it cannot hold N or cannot score below ``bound``."""
+    if floors is None:
+        floor = _combo_floor(combo, free_per_numa, numas, n, group)
+    else:
+        key = tuple(sorted([free_per_numa[x] for x in combo]))
+        floor = floors.get(key, _UNSET)
+        if floor == _UNSET:
+            floor = floors[key] = _combo_floor(combo, free_per_numa, numas, n, group)
+    if floor is None or floor >= bound:
+        return None
+    distribution = (n // len(combo) // group) * group
+    remainder = n - distribution * len(combo)
     after = {x: free_per_numa[x] for x in numas}
     for x in combo:
         after[x] -= distribution
-    remainder = n - distribution * len(combo)
     if remainder == 0:
         return _stddev([after[x] for x in numas]), None, ()
     candidates = [x for x in combo if after[x] >= group]
@@ -172,21 +237,23 @@ def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: 
     min_numas = (groups_needed - 1) // groups_per_numa + 1
     max_numas = min(groups_needed, len(numas))
 
+    floors: dict[tuple[int, ...], float | None] = {}
     for k in range(min_numas, max_numas + 1):
         best_balance = math.inf
-        best: tuple[_GoSlice, _GoSlice | None, Plan] | None = None
-        for view in _go_combinations(numas, k):
+        best: tuple[int, _GoSlice | None, Plan] | None = None
+        seen = 0  # combinations the kubelet's loop generates (it checks for a perfect score after each)
+        for position, combo in enumerate(itertools.combinations(numas, k)):  # iterateCombinations order
+            seen = position + 1
             if best_balance == 0:
                 break
-            combo = view.values()
-            scored = _best_for_combo(combo, free_per_numa, numas, n, group)
+            scored = _best_for_combo(combo, free_per_numa, numas, n, group, best_balance, floors)
             if scored is not None and scored[0] < best_balance:
                 best_balance = scored[0]
-                best = (view, scored[1], (combo, scored[2]))
+                best = (position, scored[1], (combo, scored[2]))
         if best is None:
             continue
-        combo_view, rest_view, scored_plan = best
-        aliased: Plan = (combo_view.values(), rest_view.values() if rest_view else ())
+        position, rest_view, scored_plan = best
+        aliased: Plan = (_aliased_combination(numas, k, position, seen), rest_view.values() if rest_view else ())
         if _carry_out(idx, acc, aliased, n, group, spread) or _carry_out(idx, acc, scored_plan, n, group, spread):
             return acc.result
         raise InsufficientCPUs(n, free.bit_count(), "accounting error, not enough CPUs allocated")

@@ -15,12 +15,14 @@ Preferred = size equals the smallest mask with enough allocatable memory on any 
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 
 from ..topologymanager.cpu_hints import CPUTopologyHints
 from ..topologymanager.hints import TopologyHint, nodes_of
+from ..topologymanager.implicit import UpForm
 
 
 class MemoryHints(CPUTopologyHints):
@@ -33,7 +35,16 @@ class MemoryHints(CPUTopologyHints):
         self._free = {r: dict(w) for r, w in pool_free.items()}
         self._need = dict(requests)
 
+    def up_form(self) -> UpForm:
+        """Pool masks with enough free memory (an up-set inside the pool) plus the used-node masks."""
+        kinds = sorted(self._need)
+        weights = {n: tuple(self._free[r].get(n, 0) for r in kinds) for n in nodes_of(self.pool)}
+        return UpForm(self.pool, 0, weights, tuple(self._need[r] for r in kinds), self.extras)
+
     def _enough(self, mask: int) -> bool:
+        if mask & (mask - 1) == 0:  # one node
+            n = mask.bit_length() - 1
+            return all(self._free[r].get(n, 0) >= need for r, need in self._need.items())
         bits = nodes_of(mask)
         return all(sum(self._free[r].get(n, 0) for n in bits) >= need for r, need in self._need.items())
 
@@ -89,13 +100,30 @@ class MemoryHints(CPUTopologyHints):
     def __iter__(self) -> Iterator[TopologyHint]:
         """The kubelet's list (by size, then node combination order), from the pool and the extras only."""
         pool_nodes = nodes_of(self.pool)
-        for size in range(1, len(self.nodes) + 1):  # lazily, size by size: callers often want a few
-            masks = {m for m in self.extras if m.bit_count() == size}
-            if size <= len(pool_nodes):
-                masks.update(m for m in (sum(1 << n for n in c) for c in itertools.combinations(pool_nodes, size))
-                             if self._enough(m))
-            for m in sorted(masks, key=nodes_of):
-                yield TopologyHint(m, self.is_preferred(m))
+        needs = list(self._need.items())
+        free = [(1 << n, [self._free[r].get(n, 0) for r, _ in needs]) for n in pool_nodes]
+
+        def pool_masks(size: int) -> Iterator[int]:  # _enough, inlined, in combination order
+            if len(needs) == 1:
+                need = needs[0][1]
+                for combo in itertools.combinations(free, size):
+                    if sum(held[0] for _, held in combo) >= need:
+                        yield sum(bit for bit, _ in combo)
+                return
+            for combo in itertools.combinations(free, size):
+                if all(sum(held[i] for _, held in combo) >= need for i, (_, need) in enumerate(needs)):
+                    yield sum(bit for bit, _ in combo)
+
+        low = self.narrowest_count  # no hint is narrower
+        if low is None:
+            return
+        for size in range(low, len(self.nodes) + 1):  # lazily: callers often want a few
+            extras = sorted((m for m in self.extras if m.bit_count() == size), key=nodes_of)
+            # pool and extras never share a mask (extras hold used nodes); both in node order
+            masks = heapq.merge(pool_masks(size), extras, key=nodes_of) if extras else pool_masks(size)
+            preferred = size == self.min_affinity  # memory hints: preferred by size alone
+            for m in masks:
+                yield TopologyHint(m, preferred)
 
     def __repr__(self) -> str:
         return f"MemoryHints(pool={self.pool:#x}, extras={sorted(self.extras)}, need={self._need})"

@@ -9,8 +9,8 @@ single-NUMA allocation never joins a multi-node mask, a node already in a group 
 with that same group, and a node in a group is not offered alone
 (``isAffinityViolatingNUMAAllocations`` enforces the same at allocation). Allocation takes the
 merged hint (or the best own hint when the merge has no preference), extends it when it cannot
-hold the request, and fills the mask's nodes in order. Not ported: init-container memory
-reuse (each container's blocks are its own).
+hold the request, and fills the mask's nodes in order. Init-container memory is reused by
+later containers of the pod (``MemoryState.reusable``, ``allocate(init=...)``).
 
 Memory-only NUMA nodes (CXL/HBM) are attached to their nearest CPU node: their capacity counts
 for it and they join ``cpuset.mems`` whenever it does (:meth:`StaticMemoryPolicy.expand`).
@@ -73,8 +73,11 @@ class StaticMemoryPolicy:
     def machine(self, state: MemoryState) -> Machine:
         """Per-node tables after replaying every block in admission order (cached per state)."""
         cached = self._machine_cache
-        if cached is not None and cached[0] is state:
-            return cached[1]
+        if cached is not None and (cached[0] is state or (
+                len(cached[0].blocks) == len(state.blocks)
+                and list(cached[0].blocks.items()) == list(state.blocks.items()))):
+            return cached[1]  # same blocks in the same order replay to the same tables (the engine
+            # rebuilds MemoryState from its checkpoint form often)
         machine: Machine = {
             n: NodeState({k: Table(*v) for k, v in t.items()}, (n,)) for n, t in self._default.items()}
         for blocks in state.blocks.values():
@@ -98,10 +101,16 @@ class StaticMemoryPolicy:
         blocks = state.get(pod, container)
         if blocks is not None:
             return _regenerate(blocks, requests)
-        return self.calculate_hints(self.machine(state), requests)
+        return self.calculate_hints(self.machine(state), requests, state.reusable(pod))
 
-    def calculate_hints(self, machine: Machine, requests: Mapping[str, int]) -> dict[str, Sequence[TopologyHint]]:
-        """The kubelet's ``calculateHints``, as an implicit list (see ``memorymanager.hints``)."""
+    def calculate_hints(self, machine: Machine, requests: Mapping[str, int],
+                        reuse: Mapping[tuple[tuple[int, ...], str], int] | None = None,
+                        ) -> dict[str, Sequence[TopologyHint]]:
+        """The kubelet's ``calculateHints``, as an implicit list (see ``memorymanager.hints``).
+
+        ``reuse``: the pod's reusable init-container memory per (nodes, type); it counts as free
+        on exactly those nodes, which init blocks make used nodes (never the unused pool)."""
+        reuse = reuse or {}
         nodes = self.nodes
         alloc = {r: {n: _alloc(machine[n], r) for n in nodes} for r in requests}
         unused = [n for n in nodes if machine[n].assignments == 0]
@@ -116,7 +125,8 @@ class StaticMemoryPolicy:
             if mask in extras or any(machine[m].cells != node.cells for m in group if m in machine):
                 continue
             if all(sum(_alloc(machine[m], r) for m in group) >= need and
-                   sum(_free(machine[m], r) for m in group) >= need for r, need in requests.items()):
+                   sum(_free(machine[m], r) for m in group) + reuse.get((group, r), 0) >= need
+                   for r, need in requests.items()):
                 extras.add(mask)
         hints = MemoryHints(nodes, mask_of(unused), free, requests, frozenset(extras),
                             min_affinity(nodes, alloc, requests))
@@ -124,15 +134,23 @@ class StaticMemoryPolicy:
 
     # -- allocation ---------------------------------------------------------------------------
     def allocate(self, state: MemoryState, pod: str, container: str, requests: Mapping[str, int],
-                 hint: TopologyHint | None) -> MemoryState:
-        """The kubelet's ``Allocate``: returns the state with this container's blocks."""
+                 hint: TopologyHint | None, *, init: bool = False) -> MemoryState:
+        """The kubelet's ``Allocate``: returns the state with this container's blocks.
+
+        ``init``: a regular (not restartable) init container, whose blocks later containers of
+        the pod reuse: memory reused on the same nodes is not taken again, and the init blocks
+        shrink by it (``updateInitContainersMemoryBlocks``), so the blocks always sum to what is held."""
         requests = {k: v for k, v in requests.items() if v > 0}
-        if not requests or state.get(pod, container) is not None:
+        if not requests:
             return state
+        state = state.for_pod(pod)
+        if state.get(pod, container) is not None:
+            return state.with_source(pod, container) if init else state
+        reuse = state.reusable(pod)
         machine = self.machine(state)
         best = hint if hint is not None else TopologyHint(None, False)
         if best.affinity is None:
-            default = self._best_own_hint(machine, requests, None)
+            default = self._best_own_hint(machine, requests, None, reuse)
             if default is None:
                 raise MemoryAllocationError("failed to get the default NUMA affinity, no NUMA nodes with "
                                             "enough memory is available")
@@ -141,7 +159,7 @@ class StaticMemoryPolicy:
             best = default
         assert best.affinity is not None
         if not _satisfies(machine, best.affinity, requests):
-            extended = self._best_own_hint(machine, requests, best.affinity)
+            extended = self._best_own_hint(machine, requests, best.affinity, reuse)
             if extended is None:
                 raise MemoryAllocationError("failed to find NUMA nodes to extend the current topology hint "
                                             f"{nodes_of(best.affinity)}")
@@ -153,13 +171,19 @@ class StaticMemoryPolicy:
         if _violates(machine, bits):
             raise MemoryAllocationError(f"NUMA nodes {list(bits)} would mix single- and cross-NUMA "
                                         "memory allocations (preferred hint violates NUMA node allocation)")
-        return state.with_blocks(pod, container, tuple(Block(bits, r, size) for r, size in sorted(requests.items())))
+        for kind, size in sorted(requests.items()):
+            reused = min(size, reuse.get((bits, kind), 0))
+            if reused:
+                state = state.reuse(pod, bits, kind, reused)
+        state = state.with_blocks(pod, container, tuple(Block(bits, r, size) for r, size in sorted(requests.items())))
+        return state.with_source(pod, container) if init else state
 
     def remove(self, state: MemoryState, pod: str, container: str) -> MemoryState:
         return state.without(pod, container)
 
-    def _best_own_hint(self, machine: Machine, requests: Mapping[str, int], within: int | None) -> TopologyHint | None:
-        hints = self.calculate_hints(machine, requests)
+    def _best_own_hint(self, machine: Machine, requests: Mapping[str, int], within: int | None,
+                       reuse: Mapping[tuple[tuple[int, ...], str], int]) -> TopologyHint | None:
+        hints = self.calculate_hints(machine, requests, reuse)
         key = MEMORY if MEMORY in hints else sorted(hints)[0]
         best: TopologyHint | None = None
         for h in hints[key]:

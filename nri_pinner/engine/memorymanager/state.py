@@ -69,9 +69,15 @@ Machine = dict[int, NodeState]
 
 @dataclass(frozen=True)
 class MemoryState:
-    """Blocks per (pod, container), in admission order."""
+    """Blocks per (pod, container), in admission order.
+
+    ``sources``: regular init containers whose blocks later containers of the same pod reuse
+    (the kubelet's ``initContainersReusableMemory``). Like that map it covers one pod at a time
+    and is not checkpointed: after a restart a re-admitted init container becomes a source again.
+    """
 
     blocks: Mapping[Key, tuple[Block, ...]] = field(default_factory=dict)
+    sources: frozenset[Key] = frozenset()
 
     def get(self, pod: str, container: str) -> tuple[Block, ...] | None:
         return self.blocks.get((pod, container))
@@ -80,14 +86,59 @@ class MemoryState:
         out = dict(self.blocks)
         out.pop((pod, container), None)
         out[(pod, container)] = blocks
-        return MemoryState(out)
+        return MemoryState(out, self.sources)
 
     def without(self, pod: str, container: str) -> MemoryState:
         if (pod, container) not in self.blocks:
             return self
         out = dict(self.blocks)
         del out[(pod, container)]
-        return MemoryState(out)
+        return MemoryState(out, self.sources - {(pod, container)})
+
+    # -- init-container memory reuse (kubelet v1.32 policy_static.go) -------------------------
+    def reusable(self, pod: str) -> dict[tuple[tuple[int, ...], str], int]:
+        """Bytes of ``pod``'s init-container blocks later containers may reuse, per (nodes, type).
+
+        The kubelet keeps a running figure (an init container raises it to at least its block,
+        any other container lowers it by its block) and shrinks the init blocks by what is reused;
+        that figure always equals the sum of the (shrunk) init blocks, so it is derived here.
+        """
+        out: dict[tuple[tuple[int, ...], str], int] = {}
+        for key in self.blocks:
+            if key in self.sources and key[0] == pod:
+                for b in self.blocks[key]:
+                    out[(b.numa, b.type)] = out.get((b.numa, b.type), 0) + b.size
+        return out
+
+    def for_pod(self, pod: str) -> MemoryState:
+        """The kubelet forgets other pods' reusable memory whenever a container is allocated."""
+        kept = frozenset(k for k in self.sources if k[0] == pod)
+        return self if kept == self.sources else MemoryState(self.blocks, kept)
+
+    def with_source(self, pod: str, container: str) -> MemoryState:
+        return MemoryState(self.blocks, self.sources | {(pod, container)})
+
+    def without_sources(self, keys: frozenset[Key]) -> MemoryState:
+        return MemoryState(self.blocks, self.sources - keys) if self.sources & keys else self
+
+    def reuse(self, pod: str, numa: tuple[int, ...], kind: str, size: int) -> MemoryState:
+        """``updateInitContainersMemoryBlocks``: ``size`` bytes reused from the pod's init blocks on
+        exactly ``numa``, taken from the earliest admitted first."""
+        out = dict(self.blocks)
+        for key, blocks in self.blocks.items():
+            if size <= 0:
+                break
+            if key not in self.sources or key[0] != pod:
+                continue
+            changed = []
+            for b in blocks:
+                if size > 0 and b.size > 0 and b.type == kind and b.numa == numa:
+                    taken = min(size, b.size)
+                    size -= taken
+                    b = Block(b.numa, b.type, b.size - taken)
+                changed.append(b)
+            out[key] = tuple(changed)
+        return MemoryState(out, self.sources)
 
     def to_json(self) -> list[dict[str, Any]]:
         return self.to_list()

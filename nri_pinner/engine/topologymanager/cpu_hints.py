@@ -17,7 +17,6 @@ hints, in mask order?) and never enumerates what cannot win.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import overload
@@ -25,6 +24,7 @@ from typing import overload
 from ..cpuset import EMPTY, CPUSet
 from ..topology.model import Topology
 from .hints import HintRequest, ResourceHints, TopologyHint, nodes_of
+from .implicit import UpForm
 
 
 class CPUTopologyHints(Sequence[TopologyHint]):
@@ -44,6 +44,8 @@ class CPUTopologyHints(Sequence[TopologyHint]):
     # -- membership ----------------------------------------------------------
     def weight(self, mask: int) -> int:
         w = self._w
+        if mask & (mask - 1) == 0:  # one node (single-numa-node asks node by node)
+            return w[mask.bit_length() - 1] if mask else 0
         return sum(w[n] for n in nodes_of(mask))
 
     def is_hint(self, mask: int) -> bool:
@@ -81,6 +83,10 @@ class CPUTopologyHints(Sequence[TopologyHint]):
         if total < self.threshold or size == 0:
             return None
         return size
+
+    def up_form(self) -> UpForm:
+        """This list as an up-set form (the merge's search over several implicit sources)."""
+        return UpForm(self.universe, self.required, {n: (w,) for n, w in self._w.items()}, (self.threshold,))
 
     # -- structured enumeration (used by the merge) --------------------------
     def masks_within(self, within: int, size: int) -> Iterator[int]:
@@ -181,11 +187,15 @@ class CPUTopologyHints(Sequence[TopologyHint]):
 
     # -- Sequence: the kubelet's list, in the kubelet's order -----------------
     def __iter__(self) -> Iterator[TopologyHint]:
-        for size in range(1, len(self.nodes) + 1):
-            for combo in itertools.combinations(self.nodes, size):
-                mask = sum(1 << n for n in combo)
-                if self.is_hint(mask):
-                    yield TopologyHint(mask, self.is_preferred(mask))
+        # is_hint inlined: status summaries walk the first hints of every admission. No hint is
+        # narrower than narrowest_count, so smaller sizes (C(16, k) masks each) are skipped.
+        low = self.narrowest_count
+        if low is None:
+            return
+        weights = [self._w[n] for n in self.nodes]
+        for size in range(low, len(self.nodes) + 1):
+            for mask in _combinations_reaching(self.nodes, weights, self.required, size, self.threshold):
+                yield TopologyHint(mask, self.is_preferred(mask))
 
     @cached_property
     def _materialized(self) -> tuple[TopologyHint, ...]:
@@ -228,6 +238,40 @@ def _subsets_ascending(nodes: list[int], weights: list[int], size: int, need: in
             yield from pick(i, slots - 1, short - weights[i], acc | (1 << nodes[i]))
 
     yield from pick(len(nodes), size, need, 0)
+
+
+def _combinations_reaching(nodes: Sequence[int], weights: list[int], required: int, size: int,
+                           need: int) -> Iterator[int]:
+    """``size``-combinations of ``nodes`` holding every ``required`` node with total weight >=
+    ``need``, as masks in ``itertools.combinations`` order (the kubelet's IterateBitMasks order);
+    a branch is cut when it skipped a required node or its heaviest completion falls short."""
+    count = len(nodes)
+    # best[i][r]: the r largest weights among nodes[i:], summed
+    best = [[0] * (size + 1) for _ in range(count + 1)]
+    for i in range(count - 1, -1, -1):
+        ordered = sorted(weights[i:], reverse=True)
+        row = best[i]
+        for r in range(1, size + 1):
+            row[r] = row[r - 1] + ordered[r - 1] if r <= len(ordered) else row[r - 1]
+    is_required = [bool(required >> n & 1) for n in nodes]
+    required_after = [0] * (count + 1)  # required nodes among nodes[i:]
+    for i in range(count - 1, -1, -1):
+        required_after[i] = required_after[i + 1] + is_required[i]
+
+    def pick(start: int, slots: int, short: int, acc: int) -> Iterator[int]:
+        if slots == 0:
+            if short <= 0 and required_after[start] == 0:
+                yield acc
+            return
+        if required_after[start] > slots:
+            return
+        for i in range(start, count - slots + 1):
+            if weights[i] + best[i + 1][slots - 1] >= short:
+                yield from pick(i + 1, slots - 1, short - weights[i], acc | (1 << nodes[i]))
+            if is_required[i]:  # every later combination would leave this required node out
+                return
+
+    yield from pick(0, size, need, 0)
 
 
 def _heaviest_table(weights: list[int]) -> list[list[int]]:

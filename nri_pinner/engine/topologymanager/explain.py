@@ -71,8 +71,10 @@ def with_preferences(result: MergeResult, names: Sequence[str], answers: Sequenc
             for seen, h in enumerate(hints):  # kubelet order: narrowest first, so preferred ones lead
                 if (preferred and not h.preferred) or seen >= 256:
                     break
-                if h.preferred and len(preferred) < 4:
+                if h.preferred:
                     preferred.append(format_mask(h.affinity))
+                    if len(preferred) == 4:  # all the message shows
+                        break
             label = name if resource == name else f"{name} ({resource})"
             wanted.append(f"{label} prefers {' or '.join(preferred) or 'nothing it can satisfy'}")
     if not wanted or result.error is None:

@@ -50,6 +50,7 @@ from ..errors import TopologyAffinityError
 from ..topology.model import Topology
 from .cpu_hints import CPUTopologyHints
 from .hints import HintProvider, HintRequest, ResourceHints, TopologyHint, format_mask, mask_of, nodes_of
+from .implicit import best_non_preferred_implicit
 from .upset import UpSetHints, best_non_preferred, fold
 
 
@@ -292,6 +293,8 @@ def _best_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], famil
         return min((m for m in agreed if m), key=order.preferred_key, default=None)
     assert family is not None
     for size, layer in family.preferred_layers():
+        if any(o.min_sockets is None and o.min_affinity != size for o in others):
+            continue  # such a source prefers only masks of its min_affinity size: none of this layer
         if others:
             layer = filter(everywhere, layer)
         first = next(layer, None)
@@ -308,7 +311,16 @@ def _best_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], famil
 def _best_non_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], family: CPUTopologyHints | None,
                         default: int, order: _Order, best_count: int,
                         others: Sequence[CPUTopologyHints] = ()) -> int | None:
-    if not others and any(isinstance(source, UpSetHints) for source in explicit):
+    # Several implicit sources, or a family that is not a plain up-set (memory hints: an up-set inside
+    # the unused pool plus used-node masks) meeting up-set intervals: test candidates in rank order.
+    has_upset = any(isinstance(source, UpSetHints) for source in explicit)
+    if others or (has_upset and family is not None and type(family) is not CPUTopologyHints):
+        intervals = {(default, default)}
+        for source in explicit:
+            intervals = fold(intervals, source, default)
+        forms = [s.up_form() for s in ([family] if family is not None else []) + list(others)]
+        return best_non_preferred_implicit(intervals, forms, order, best_count, default.bit_count())
+    if has_upset:
         # interval fold (upset.py); with further implicit sources the general path below lists them
         intervals = {(default, default)}
         for source in explicit:
