@@ -297,8 +297,11 @@ class PinnerPlugin:
                 return api.StopContainerResponse(update=self._pending_updates())
             t.stopped = True
             a = tr.assignment(t)
-            keep = a is not None and a.exclusive and a.init and not a.restartable
-            if not keep:  # an exited init container's CPUs stay for its app containers (kubelet reuse)
+            # An exited init container's exclusive CPUs and memory blocks stay for its app containers
+            # (kubelet reuse; memory even when its CPUs were shared): released at removal.
+            keep = a is not None and a.init and not a.restartable and (
+                a.exclusive or bool(tr.engine.memory_mems(tr.state, *t.key)))
+            if not keep:
                 tr.state = tr.engine.remove(tr.state, *t.key)
                 self._repin_waiting()
             updates = self._pending_updates()

@@ -182,3 +182,32 @@ async def test_app_container_reuses_its_init_containers_memory(workdir: Path, sy
             assert await r.conn.state_change(api.REMOVE_CONTAINER, gp, c)
         state = memory_state(svc.tracker.state.providers["memory"])
         assert state.blocks == {} and memory.machine(state)[int(node)].tables["memory"].reserved == 0
+
+
+async def test_a_shared_init_containers_memory_is_kept_for_its_app_containers(workdir: Path, sysfs: Path) -> None:
+    """A Guaranteed init container with fractional CPUs (shared pool) still holds Memory Manager
+    blocks: they stay after it exits so the app container can reuse them (the kubelet releases
+    memory at removal, not at exit); without that the 5 GiB app container would not fit beside
+    the 6 GiB init block on the init's node."""
+    settings = settings_for(workdir, sysfs)
+    svc = service(settings)
+    async with running(settings, CONTAINERD_2_3_0, svc=svc) as r:
+        gp = pod("job")
+        init = container(gp, "setup", 500, 500, init=True)
+        init.linux.resources.memory.limit.value = 6 * GB
+        reply = await r.conn.create_container(create(gp, init))
+        assert reply is not None
+        node = reply.adjust.linux.resources.cpu.mems
+        await r.conn.stop_container(api.StopContainerRequest(pod=gp, container=init))
+        assert checkpoint_entries(settings)[init.id]["memory_blocks"][0]["size"] == 6 * GB
+
+        app = container(gp, "main", 500, 500)
+        app.linux.resources.memory.limit.value = 5 * GB
+        reply = await r.conn.create_container(create(gp, app))
+        assert reply is not None and reply.adjust.linux.resources.cpu.mems == node
+        entries = checkpoint_entries(settings)
+        assert entries[init.id]["memory_blocks"] == [{"numa": [int(node)], "type": "memory", "size": GB}]
+        assert entries[app.id]["memory_blocks"] == [{"numa": [int(node)], "type": "memory", "size": 5 * GB}]
+        for c in (init, app):
+            assert await r.conn.state_change(api.REMOVE_CONTAINER, gp, c)
+        assert memory_state(svc.tracker.state.providers["memory"]).blocks == {}
