@@ -90,9 +90,13 @@ class CgroupSyncer:
         tr = self.tracker
         with tr.lock:
             generation = tr.generation
-            work = [(t, *tr.desired(t), (t.applied_cpus, t.applied_mems) if t.applied_cpus is not None else None)
-                    for t in tr.containers.values()
-                    if t.started and not t.stopped and (t.applied_cpus, t.applied_mems) != tr.desired(t)]
+            work = []
+            for t in tr.containers.values():
+                if t.started and not t.stopped:
+                    cpus, mems = tr.desired(t)
+                    if t.applied_cpus != cpus or t.applied_mems != mems:
+                        known = (t.applied_cpus, t.applied_mems) if t.applied_cpus is not None else None
+                        work.append((t, cpus, mems, known))
         done: list[tuple[Tracked, CPUSet, str, bool]] = []
         for t, cpus, mems, known in work:
             try:
