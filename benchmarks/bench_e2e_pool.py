@@ -5,7 +5,8 @@ and each N in --shared: N Burstable containers run (in pods of up to 10), then t
 rotate in blocks within one run — nri-pinner, no plugin, and the minimal example plugin
 `examples/pin_fixed` (pins every container to all CPUs, no pool logic) — so machine drift falls on all.
 One sample, one new Guaranteed pod (1 CPU; its sandbox is not timed):
-- CRI CreateContainer, StartContainer and StopContainer (timeout 0) of its container, each timed;
+- CRI CreateContainer, StartContainer, StopContainer (timeout 0) and RemoveContainer of its
+  container (Guaranteed, 1 CPU), each timed;
 - a Burstable CreateContainer issued --during ms after the Guaranteed create began (both in flight:
   the runtime serializes NRI events, so this is what any other pod on the node waits).
 
@@ -40,7 +41,7 @@ from tests.e2e.pods import WORKLOAD, resources_for  # noqa: E402
 from tests.e2e.procfs import memory_capacity_bytes  # noqa: E402
 
 CONDITIONS = ("nri-pinner", "none", "pin_fixed")
-METRICS = ("create", "start", "stop", "burstable-during")
+METRICS = ("create", "start", "stop", "remove", "burstable-during")
 BOOTSTRAP_ROUNDS = 2000
 
 
@@ -110,9 +111,13 @@ class Bench:
         started = time.perf_counter()
         rt.cri.stop_container(cid, timeout_s=0)
         stopped = time.perf_counter()
+        rt.cri.remove_container(cid)
+        removed = time.perf_counter()
+        del gpod.containers["c0"]
         out.values["create"].append(created - began)
         out.values["start"].append(started - created)
         out.values["stop"].append(stopped - started)
+        out.values["remove"].append(removed - stopped)
         out.values["burstable-during"].append(during[0])
         rt.remove_pod(gpod, stop_timeout_s=0)
         rt.remove_pod(bpod, stop_timeout_s=0)
@@ -137,8 +142,9 @@ def interval(a: list[float], b: list[float], rng: random.Random) -> tuple[float,
 
 
 def report(n: int, out: dict[str, Samples], rng: random.Random) -> None:
-    print(f"  N = {n} shared containers, {len(out['none'].values['create'])} samples per condition "
-          f"(median ms: {' / '.join(CONDITIONS)})")
+    print(f"  N = {n} shared (Burstable) containers running; timed: a Guaranteed container (burstable-during: "
+          f"a Burstable one); {len(out['none'].values['create'])} samples per condition; load average "
+          f"{Path('/proc/loadavg').read_text().split()[0]} (median ms: {' / '.join(CONDITIONS)})")
     for m in METRICS:
         meds = [statistics.median(out[c].values[m]) * 1000 for c in CONDITIONS]
         pinner, none, fixed = (out[c].values[m] for c in CONDITIONS)
