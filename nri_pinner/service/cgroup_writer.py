@@ -7,9 +7,10 @@ costs N × 13 ms for every event on the node. A `cpuset.cpus` write costs micros
 Rules (README "Pool changes"):
 - cgroup v1: only the container's cpuset cgroup is written (the kubelet's pod cgroups keep every
   CPU). Nested cpuset cgroups a process in the container made must stay a subset of their parent
-  (the kernel answers EBUSY otherwise, as it does to runc), so a shrink narrows them first, deepest
-  first; a widen leaves them as their owner set them. A change that both adds and removes CPUs
-  goes through the union, so no write ever asks for a set the kernel refuses.
+  (the kernel answers EBUSY otherwise, as it does to runc), so a shrink the kernel refuses narrows
+  them first, deepest first, and tries again (they are looked for only then: nearly no container
+  has any, and a look is a directory scan per container per pool change); a widen leaves them as
+  their owner set them. A change that both adds and removes CPUs goes through the union.
 - cgroup v2: children never constrain their parent; only the container's cgroup is written.
 - cpuset.mems follows the same order, after cpuset.cpus is widened and before it is narrowed:
   both orders are legal, the kernel checks each file on its own.
@@ -205,8 +206,14 @@ class CpusetWriter:
                 self._put(path, current | value)
             if not current.issubset(value):  # then narrow: nested cgroups deepest first, the container last
                 if children is None:
-                    children = _nested(top) if self.v1 else []
-                    self.counts.nested += bool(children)
+                    try:  # almost no container nests cpusets: try the container alone, look only on refusal
+                        self._put(path, value)
+                        continue
+                    except CgroupError:
+                        children = _nested(top) if self.v1 else []
+                        self.counts.nested += bool(children)
+                        if not children:
+                            raise
                 for child in reversed(children):
                     child_path = f"{child}/{name}"
                     have = _parse(child_path, _read_text(child_path))
