@@ -28,6 +28,8 @@ from .tracker import Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")
 
+SETTLE_SECONDS = 0.01  # well inside the create-to-start gap (runc create alone takes tens of ms)
+
 
 def background_priority() -> None:
     """Run this thread at nice 10: on a busy node the runtime's own work for the event (runc, the
@@ -44,6 +46,7 @@ class CgroupSyncer:
         self._wanted = 0  # the newest generation a pass was asked for
         self._done = 0  # the generation the last finished pass started from
         self._closed = True
+        self._waiters = 0  # StartContainer handlers waiting: no settling
         self._thread = threading.Thread()
 
     def kick(self, generation: int) -> None:
@@ -59,7 +62,12 @@ class CgroupSyncer:
     def wait(self, generation: int, timeout: float) -> bool:
         """Block until a pass that started at or after `generation` has finished; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._done >= generation, timeout)
+            self._waiters += 1
+            self._cond.notify_all()
+            try:
+                return self._cond.wait_for(lambda: self._done >= generation, timeout)
+            finally:
+                self._waiters -= 1
 
     def close(self, timeout: float = 5.0) -> None:
         with self._cond:
@@ -75,6 +83,9 @@ class CgroupSyncer:
                 self._cond.wait_for(lambda: self._wanted > self._done or self._closed)
                 if self._closed:
                     return
+                # Settle: the runtime finishes the event that kicked us (its create, a Burstable create
+                # beside it) before this pass competes for the CPUs; a waiting StartContainer cuts it short.
+                self._cond.wait_for(lambda: self._waiters > 0 or self._closed, SETTLE_SECONDS)
             try:
                 generation = self.run_pass()
             except Exception as exc:  # the thread must survive anything one pass meets
