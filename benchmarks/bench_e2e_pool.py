@@ -11,10 +11,13 @@ One sample, one new Guaranteed pod (1 CPU; its sandbox is not timed):
   the runtime serializes NRI events, so this is what any other pod on the node waits).
 
 Prints per N and condition the medians, and per N the added median (nri-pinner − none, nri-pinner −
-pin_fixed) with 95% bootstrap intervals. On this 2-CPU VM only CPU 1 can be exclusive.
+pin_fixed) with 95% bootstrap intervals, and the load average. On this 2-CPU VM only CPU 1 can be
+exclusive. The pool table (issue 19) is the default; the minimal-plugin comparison (create, start,
+stop and remove vs no plugin and vs pin_fixed, n >= 100 per condition) is the same harness:
 
     .venv/bin/python benchmarks/bench_e2e_pool.py [--runtime 1.7|2.1|both] [--shared 0 10 30 60 100]
         [--samples 24] [--block 4] [--during 5]
+    .venv/bin/python benchmarks/bench_e2e_pool.py --runtime both --shared 100 --samples 100 --block 5
 """
 
 from __future__ import annotations
