@@ -102,9 +102,19 @@ class CgroupSyncer:
         with tr.lock:
             generation = tr.generation
             work = []
+            # Every shared container wants the same (pool, mems) unless the Memory Manager gives it
+            # nodes of its own: computed once per pass, not once per container.
+            state, per_container = tr.state, tr.engine.memory is not None
+            shared: tuple[CPUSet, str] | None = None
             for t in tr.containers.values():
                 if t.started and not t.stopped:
-                    cpus, mems = tr.desired(t)
+                    a = state.assignments.get(t.key)
+                    if per_container or (a is not None and a.exclusive):
+                        cpus, mems = tr.desired(t)
+                    else:
+                        if shared is None:
+                            shared = tr.desired(t)
+                        cpus, mems = shared
                     if t.applied_cpus != cpus or t.applied_mems != mems:
                         known = (t.applied_cpus, t.applied_mems) if t.applied_cpus is not None else None
                         work.append((t, cpus, mems, known))
