@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 
 import structlog
 
@@ -29,6 +30,7 @@ from .tracker import Tracked, Tracker
 log = structlog.get_logger("nri_pinner.service")
 
 SETTLE_SECONDS = 0.01  # well inside the create-to-start gap (runc create alone takes tens of ms)
+WIDEN_SETTLE_SECONDS = 0.1  # a pool that only grows is never urgent: let a stop or removal finish first
 
 
 def background_priority() -> None:
@@ -47,6 +49,7 @@ class CgroupSyncer:
         self._done = 0  # the generation the last finished pass started from
         self._closed = True
         self._waiters = 0  # StartContainer handlers waiting: no settling
+        self._pool: CPUSet | None = None  # the shared pool the last pass wrote
         self._thread = threading.Thread()
 
     def kick(self, generation: int) -> None:
@@ -83,9 +86,7 @@ class CgroupSyncer:
                 self._cond.wait_for(lambda: self._wanted > self._done or self._closed)
                 if self._closed:
                     return
-                # Settle: the runtime finishes the event that kicked us (its create, a Burstable create
-                # beside it) before this pass competes for the CPUs; a waiting StartContainer cuts it short.
-                self._cond.wait_for(lambda: self._waiters > 0 or self._closed, SETTLE_SECONDS)
+                self._settle()
             try:
                 generation = self.run_pass()
             except Exception as exc:  # the thread must survive anything one pass meets
@@ -96,11 +97,27 @@ class CgroupSyncer:
                 self._done = max(self._done, generation)
                 self._cond.notify_all()
 
+    def _settle(self) -> None:
+        """Wait before a pass (with `_cond` held), so the runtime finishes the event that kicked us
+        (its create, a Burstable create beside it, a stop's exit handling) before this pass competes
+        for the CPUs: SETTLE_SECONDS, or WIDEN_SETTLE_SECONDS while the shared pool only grew since
+        the last pass (no shared container must lose a CPU: nothing can overlap an exclusive set).
+        A waiting StartContainer ends it; a newer kick makes it decide again, from the same start."""
+        began = time.monotonic()
+        while not (self._waiters or self._closed):
+            seen = self._wanted
+            view, written = self.tracker.published, self._pool  # lock-free: a published view is immutable
+            widen = view is not None and written is not None and written.issubset(view.shared_pool)
+            left = began + (WIDEN_SETTLE_SECONDS if widen else SETTLE_SECONDS) - time.monotonic()
+            if left <= 0 or not self._cond.wait_for(
+                    lambda: self._waiters > 0 or self._closed or self._wanted != seen, left):  # noqa: B023
+                return
+
     def run_pass(self) -> int:
         """Write every started container whose cgroup lags; returns the generation it started from."""
         tr = self.tracker
         with tr.lock:
-            generation = tr.generation
+            generation, pool = tr.generation, tr.shared_pool
             work = []
             # Every shared container wants the same (pool, mems) unless the Memory Manager gives it
             # nodes of its own: computed once per pass, not once per container.
@@ -133,5 +150,6 @@ class CgroupSyncer:
                     t.applied_cpus, t.fallback = None, True
                 elif tr.desired(t) == (cpus, mems):  # else a newer pass (already kicked) writes the newer set
                     t.applied_cpus, t.applied_mems = cpus, mems
+        self._pool = pool
         self.passes += 1
         return generation
