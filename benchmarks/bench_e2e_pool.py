@@ -5,15 +5,19 @@ and each N in --shared: N Burstable containers run (in pods of up to 10), then t
 rotate in blocks within one run — nri-pinner, no plugin, and the minimal example plugin
 `examples/pin_fixed` (pins every container to all CPUs, no pool logic) — so machine drift falls on all.
 One sample, one new Guaranteed pod (1 CPU; its sandbox is not timed):
-- CRI CreateContainer, StartContainer and StopContainer (timeout 0) of its container, each timed;
+- CRI CreateContainer, StartContainer, StopContainer (timeout 0) and RemoveContainer of its
+  container (Guaranteed, 1 CPU), each timed;
 - a Burstable CreateContainer issued --during ms after the Guaranteed create began (both in flight:
   the runtime serializes NRI events, so this is what any other pod on the node waits).
 
 Prints per N and condition the medians, and per N the added median (nri-pinner − none, nri-pinner −
-pin_fixed) with 95% bootstrap intervals. On this 2-CPU VM only CPU 1 can be exclusive.
+pin_fixed) with 95% bootstrap intervals, and the load average. On this 2-CPU VM only CPU 1 can be
+exclusive. The pool table (issue 19) is the default; the minimal-plugin comparison (create, start,
+stop and remove vs no plugin and vs pin_fixed, n >= 100 per condition) is the same harness:
 
     .venv/bin/python benchmarks/bench_e2e_pool.py [--runtime 1.7|2.1|both] [--shared 0 10 30 60 100]
         [--samples 24] [--block 4] [--during 5]
+    .venv/bin/python benchmarks/bench_e2e_pool.py --runtime both --shared 100 --samples 100 --block 5
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from tests.e2e.pods import WORKLOAD, resources_for  # noqa: E402
 from tests.e2e.procfs import memory_capacity_bytes  # noqa: E402
 
 CONDITIONS = ("nri-pinner", "none", "pin_fixed")
-METRICS = ("create", "start", "stop", "burstable-during")
+METRICS = ("create", "start", "stop", "remove", "burstable-during")
 BOOTSTRAP_ROUNDS = 2000
 
 
@@ -110,9 +114,13 @@ class Bench:
         started = time.perf_counter()
         rt.cri.stop_container(cid, timeout_s=0)
         stopped = time.perf_counter()
+        rt.cri.remove_container(cid)
+        removed = time.perf_counter()
+        del gpod.containers["c0"]
         out.values["create"].append(created - began)
         out.values["start"].append(started - created)
         out.values["stop"].append(stopped - started)
+        out.values["remove"].append(removed - stopped)
         out.values["burstable-during"].append(during[0])
         rt.remove_pod(gpod, stop_timeout_s=0)
         rt.remove_pod(bpod, stop_timeout_s=0)
@@ -137,8 +145,9 @@ def interval(a: list[float], b: list[float], rng: random.Random) -> tuple[float,
 
 
 def report(n: int, out: dict[str, Samples], rng: random.Random) -> None:
-    print(f"  N = {n} shared containers, {len(out['none'].values['create'])} samples per condition "
-          f"(median ms: {' / '.join(CONDITIONS)})")
+    print(f"  N = {n} shared (Burstable) containers running; timed: a Guaranteed container (burstable-during: "
+          f"a Burstable one); {len(out['none'].values['create'])} samples per condition; load average "
+          f"{Path('/proc/loadavg').read_text().split()[0]} (median ms: {' / '.join(CONDITIONS)})")
     for m in METRICS:
         meds = [statistics.median(out[c].values[m]) * 1000 for c in CONDITIONS]
         pinner, none, fixed = (out[c].values[m] for c in CONDITIONS)

@@ -10,9 +10,12 @@ been rewritten by the syncer thread) and released with StopContainer + RemoveCon
 alternating with Burstable creates. The checkpoint is written
 behind the replies (fsync), as in production. Prints median / p99 / max per kind.
 
-Synchronize (`--sync N`, repeatable): a runtime reporting N containers (100 Guaranteed with 2 CPUs,
-the rest Burstable) connects; prints the time from accept to the synchronized answer, and the
-process RSS after it (fake runtime and service share the process: an upper bound for the service).
+Synchronize (`--sync N`, repeatable): a runtime reporting N running containers (100 Guaranteed with
+2 CPUs, the rest Burstable; with `--cgroups tree` each has a cgroup holding its current cpuset, as a
+restarted service finds them) connects; prints the Synchronize round trip as the runtime sees it
+(send to reply), the handler's wall and thread CPU time, the time from building the service to
+synchronized, and the process RSS after it (fake runtime and service share the process: an upper
+bound for the service).
 
     .venv/bin/python benchmarks/bench_service_create.py [--creates 600] [--shared 50 --shared 1000]
         [--sync 1000 --sync 3000] [--cgroups tree|none]
@@ -30,15 +33,25 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit/ is in the checkout, not installed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "service"))
-from svc_harness import container, create, make_settings, pod, running  # type: ignore[import-not-found]
+from svc_harness import (  # type: ignore[import-not-found]
+    container,
+    create,
+    make_settings,
+    mems_for,
+    new_service,
+    pod,
+    running,
+)
 
+from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_3_0, NRI_V0_12_1
+from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_3_0, NRI_V0_12_1, PluginConnection
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPE = "dual-socket-8numa-256"
@@ -58,11 +71,11 @@ def summary(name: str, seconds: list[float]) -> str:
             f"max {ms[-1]:7.3f} ms")
 
 
-def make_cgroup(root: Path, c: api.Container, cpus: str) -> None:
+def make_cgroup(root: Path, c: api.Container, cpus: str, mems: str = "0-7") -> None:
     d = root / "cpuset" / c.linux.cgroups_path.strip("/")
     d.mkdir(parents=True)
     (d / "cpuset.cpus").write_text(cpus + "\n")
-    (d / "cpuset.mems").write_text("0-7\n")
+    (d / "cpuset.mems").write_text(mems + "\n")
 
 
 def rss_mib() -> float:
@@ -122,30 +135,72 @@ async def bench_create(workdir: Path, sysfs: Path, creates: int, shared: int, pr
         print("  " + summary(name, values))
 
 
-async def bench_sync(workdir: Path, sysfs: Path, total: int, profile_label: str) -> None:
+async def bench_sync(workdir: Path, sysfs: Path, total: int, profile_label: str, tree: bool) -> None:
     workdir.mkdir()
     settings = make_settings(workdir, sysfs=sysfs, cpu_manager={"reserved_cpus": "0,128"})
-    pods, ctrs = [], []
+    cgroups = Path(settings.reconcile.cgroup_root)
     gpod, bpod = pod("gold"), pod("bulk", "burstable")
     pods = [gpod, bpod]
     guaranteed = min(100, total)
+    # The runtime reports the cpusets of the containers' creates; the cgroups hold the current ones
+    # (a Guaranteed container's own 2 CPUs, the shared pool for the rest), as a restarted service finds them.
+    pinned = [f"{i + 1},{i + 129}" for i in range(guaranteed)]
+    pool = str(CPUSet.parse("0-255") - CPUSet.parse(",".join(pinned))) if pinned else "0-255"
+    svc = new_service(settings)
+    topology = svc.tracker.engine.topology
+    ctrs = []
     for i in range(total):
-        ctrs.append(container(gpod, f"g{i}", 2000, 2000) if i < guaranteed else container(bpod, f"b{i}", 100))
-    started = time.perf_counter()
-    async with running(settings, PROFILES[profile_label], pods=pods, containers=ctrs) as r:
-        elapsed = time.perf_counter() - started
-        assert len(r.svc.tracker.containers) == total
-        rss = rss_mib()
-    print(f"Synchronize of {total} containers ({guaranteed} Guaranteed), runtime {profile_label}: "
-          f"connect to synchronized {elapsed * 1000:7.1f} ms; process RSS after it {rss:6.1f} MiB")
+        c = (container(gpod, f"g{i}", 2000, 2000, cpus=pinned[i]) if i < guaranteed
+             else container(bpod, f"b{i}", 100, cpus="0-255"))
+        if tree:
+            cpus = pinned[i] if i < guaranteed else pool
+            make_cgroup(cgroups, c, cpus, mems_for(topology, CPUSet.parse(cpus)))
+        ctrs.append(c)
+    handler = svc.plugin.synchronize
+    took: dict[str, float] = {}
 
+    def timed(*args: Any) -> list[api.ContainerUpdate]:  # the handler's own wall and thread CPU time
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            updates: list[api.ContainerUpdate] = handler(*args)
+            return updates
+        finally:
+            took["handler"], took["cpu"] = time.perf_counter() - wall, time.thread_time() - cpu
 
+    svc.plugin.synchronize = timed
+    call = PluginConnection.call
+
+    async def timed_call(conn: PluginConnection, method: str, *args: Any) -> Any:  # as the runtime sees it
+        wall = time.perf_counter()
+        try:
+            return await call(conn, method, *args)
+        finally:
+            if method == "Synchronize":
+                took["round trip"] = took.get("round trip", 0.0) + time.perf_counter() - wall
+
+    PluginConnection.call = timed_call  # type: ignore[method-assign,assignment]
+    try:
+        started = time.perf_counter()
+        async with running(settings, PROFILES[profile_label], svc=svc, pods=pods, containers=ctrs) as r:
+            elapsed = time.perf_counter() - started
+            assert len(r.svc.tracker.containers) == total
+            updates = len(r.conn.sync_updates)
+            rss = rss_mib()
+    finally:
+        PluginConnection.call = call  # type: ignore[method-assign]
+    print(f"Synchronize of {total} containers ({guaranteed} Guaranteed), runtime {profile_label}, cgroups: "
+          f"{'tree in tmp' if tree else 'none (every write fails: NRI updates)'}:\n"
+          f"  round trip (runtime's view) {took['round trip'] * 1000:7.1f} ms; handler wall "
+          f"{took['handler'] * 1000:7.1f} ms, handler thread CPU {took['cpu'] * 1000:7.1f} ms; "
+          f"updates in the reply {updates}\n"
+          f"  connect + synchronize {elapsed * 1000:7.1f} ms; process RSS after it {rss:6.1f} MiB "
+          f"(fake runtime included)")
 async def bench(workdir: Path, args: argparse.Namespace) -> None:
     sysfs = generate_sysfs(workdir)
     for n, shared in enumerate(args.shared):
         await bench_create(workdir / f"create-{n}", sysfs, args.creates, shared, args.profile, args.cgroups == "tree")
     for n, total in enumerate(args.sync):
-        await bench_sync(workdir / f"sync-{n}", sysfs, total, args.profile)
+        await bench_sync(workdir / f"sync-{n}", sysfs, total, args.profile, args.cgroups == "tree")
 
 
 def main() -> None:

@@ -109,6 +109,12 @@ class Engine:
             return None
         return self.memory.expand(sorted({n for b in blocks for n in b.numa}))
 
+    @property
+    def merges_shared(self) -> bool:
+        """False when a non-Guaranteed admission is its shared record alone (topology manager off,
+        container scope: no hint merge, no pod affinity), so a rebuild may add those records in bulk."""
+        return self.manager.policy is not Policy.NONE or self.scope == "pod"
+
     # -- admission -------------------------------------------------------------------------------
     def admit(self, state: EngineState, req: AdmissionRequest) -> tuple[EngineState, Decision]:
         qos = QoS.parse(req.qos)

@@ -84,7 +84,8 @@ class Service:
             backoff_max=settings.nri.reconnect_max_seconds,
         )
         cri = CRIClient(settings.reconcile.cri_socket) if settings.reconcile.cri_socket else None
-        self.reconciler = Reconciler(settings, self.tracker, self.stub, self.metrics, cri, self.plugin.writer)
+        self.reconciler = Reconciler(settings, self.tracker, self.stub, self.metrics, cri, self.plugin.writer,
+                                     self.plugin.syncer)
         self.metrics.watch(self.stub, self.tracker)
         self.listener: Listener | None = None
 

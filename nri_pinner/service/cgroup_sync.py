@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 
 import structlog
 
@@ -27,6 +28,9 @@ from .cgroups import CgroupError
 from .tracker import Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")
+
+SETTLE_SECONDS = 0.01  # well inside the create-to-start gap (runc create alone takes tens of ms)
+WIDEN_SETTLE_SECONDS = 0.1  # a pool that only grows is never urgent: let a stop or removal finish first
 
 
 def background_priority() -> None:
@@ -50,6 +54,8 @@ class CgroupSyncer:
         self._wanted = 0  # the newest generation a pass was asked for
         self._done = 0  # the generation the last finished pass started from
         self._closed = True
+        self._waiters = 0  # StartContainer handlers waiting: no settling
+        self._pool: CPUSet | None = None  # the shared pool the last pass wrote
         self._thread = threading.Thread()
 
     def kick(self, generation: int) -> None:
@@ -65,7 +71,12 @@ class CgroupSyncer:
     def wait(self, generation: int, timeout: float) -> bool:
         """Block until a pass that started at or after `generation` has finished; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._done >= generation, timeout)
+            self._waiters += 1
+            self._cond.notify_all()
+            try:
+                return self._cond.wait_for(lambda: self._done >= generation, timeout)
+            finally:
+                self._waiters -= 1
 
     def close(self, timeout: float = 5.0) -> None:
         with self._cond:
@@ -81,6 +92,7 @@ class CgroupSyncer:
                 self._cond.wait_for(lambda: self._wanted > self._done or self._closed)
                 if self._closed:
                     return
+                self._settle()
             try:
                 generation = self.run_pass()
             except Exception as exc:  # the thread must survive anything one pass meets
@@ -91,17 +103,47 @@ class CgroupSyncer:
                 self._done = max(self._done, generation)
                 self._cond.notify_all()
 
+    def _settle(self) -> None:
+        """Wait before a pass (with `_cond` held), so the runtime finishes the event that kicked us
+        (its create, a Burstable create beside it, a stop's exit handling) before this pass competes
+        for the CPUs: SETTLE_SECONDS, or WIDEN_SETTLE_SECONDS while the shared pool only grew since
+        the last pass (no shared container must lose a CPU: nothing can overlap an exclusive set).
+        A waiting StartContainer ends it; a newer kick makes it decide again, from the same start."""
+        began = time.monotonic()
+        while not (self._waiters or self._closed):
+            seen = self._wanted
+            view, written = self.tracker.published, self._pool  # lock-free: a published view is immutable
+            widen = view is not None and written is not None and written.issubset(view.shared_pool)
+            left = began + (WIDEN_SETTLE_SECONDS if widen else SETTLE_SECONDS) - time.monotonic()
+            if left <= 0 or not self._cond.wait_for(
+                    lambda: self._waiters > 0 or self._closed or self._wanted != seen, left):  # noqa: B023
+                return
+
     def run_pass(self) -> int:
         """Write every started container whose cgroup lags; returns the generation it started from."""
         tr = self.tracker
         with tr.lock:
-            generation, shared = tr.generation, tr.shared_pool
-            work = [(t, *tr.desired(t), (t.applied_cpus, t.applied_mems) if t.applied_cpus is not None else None)
-                    for t in tr.containers.values()
-                    if t.started and not t.stopped and (t.applied_cpus, t.applied_mems) != tr.desired(t)]
+            generation, pool = tr.generation, tr.shared_pool
+            work = []
+            # Every shared container wants the same (pool, mems) unless the Memory Manager gives it
+            # nodes of its own: computed once per pass, not once per container.
+            state, per_container = tr.state, tr.engine.memory is not None
+            shared: tuple[CPUSet, str] | None = None
+            for t in tr.containers.values():
+                if t.started and not t.stopped:
+                    a = state.assignments.get(t.key)
+                    if per_container or (a is not None and a.exclusive):
+                        cpus, mems = tr.desired(t)
+                    else:
+                        if shared is None:
+                            shared = tr.desired(t)
+                        cpus, mems = shared
+                    if t.applied_cpus != cpus or t.applied_mems != mems:
+                        known = (t.applied_cpus, t.applied_mems) if t.applied_cpus is not None else None
+                        work.append((t, cpus, mems, known))
         done: list[tuple[Tracked, CPUSet, str, bool]] = []
         # narrowing writes first, the shared pool's before the others (a resize: README "Resize")
-        work.sort(key=lambda w: (widens_only(w[1], w[3]), w[1] != shared))
+        work.sort(key=lambda w: (widens_only(w[1], w[3]), w[1] != pool))
         for t, cpus, mems, known in work:
             try:
                 self.writer.apply(t.cgroups_path, cpus, mems, known)
@@ -116,5 +158,6 @@ class CgroupSyncer:
                     t.applied_cpus, t.fallback = None, True
                 elif tr.desired(t) == (cpus, mems):  # else a newer pass (already kicked) writes the newer set
                     t.applied_cpus, t.applied_mems = cpus, mems
+        self._pool = pool
         self.passes += 1
         return generation

@@ -7,9 +7,10 @@ costs N × 13 ms for every event on the node. A `cpuset.cpus` write costs micros
 Rules (README "Pool changes"):
 - cgroup v1: only the container's cpuset cgroup is written (the kubelet's pod cgroups keep every
   CPU). Nested cpuset cgroups a process in the container made must stay a subset of their parent
-  (the kernel answers EBUSY otherwise, as it does to runc), so a shrink narrows them first, deepest
-  first; a widen leaves them as their owner set them. A change that both adds and removes CPUs
-  goes through the union, so no write ever asks for a set the kernel refuses.
+  (the kernel answers EBUSY otherwise, as it does to runc), so a shrink the kernel refuses narrows
+  them first, deepest first, and tries again (they are looked for only then: nearly no container
+  has any, and a look is a directory scan per container per pool change); a widen leaves them as
+  their owner set them. A change that both adds and removes CPUs goes through the union.
 - cgroup v2: children never constrain their parent; only the container's cgroup is written.
 - cpuset.mems follows the same order, after cpuset.cpus is widened and before it is narrowed:
   both orders are legal, the kernel checks each file on its own.
@@ -39,11 +40,19 @@ class WriteCounts:
 
 
 def _read_text(path: str) -> str:
+    """One cgroup file's text: plain os calls (no buffered file object: Synchronize reads thousands)."""
     try:
-        with open(path, "rb") as f:
-            return f.read().decode().strip()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            data = os.read(fd, 1 << 16)  # a cpuset list of 8192 CPUs fits
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise CgroupError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        return data.decode().strip()
+    except UnicodeDecodeError as exc:
+        raise CgroupError(f"cannot read {path}: not text") from exc
 
 
 def _parse(path: str, text: str) -> CPUSet:
@@ -105,13 +114,17 @@ class CpusetWriter:
         self.counts = WriteCounts()
         self._dirs: dict[str, str] = {}  # cgroups path -> the container's cpuset directory
         self._base: str | None = None  # <root>/cpuset (v1, hybrid) or <root> (v2); forgotten on a failure
-        self._texts: dict[CPUSet, str] = {}
-        self._parsed: dict[str, CPUSet] = {}  # cpuset.mems texts: a handful of distinct values
+        self._v1: bool | None = None
+        self._texts: dict[tuple[CPUSet, str], str] = {}
+        self._parsed: dict[str, CPUSet] = {}  # cpuset texts read back: a handful of distinct values
 
     @property
     def v1(self) -> bool:
-        """A cpuset hierarchy of its own (v1 or hybrid), as `cgroups.cpuset_dir` decides."""
-        return (self.root / "cpuset").is_dir()
+        """A cpuset hierarchy of its own (v1 or hybrid), as `cgroups.cpuset_dir` decides (asked once,
+        with the base directory; a failed write forgets both)."""
+        if self._v1 is None:
+            self._v1 = (self.root / "cpuset").is_dir()
+        return self._v1
 
     def _dir(self, cgroups_path: str) -> str:
         d = self._dirs.get(cgroups_path)
@@ -123,20 +136,25 @@ class CpusetWriter:
             d = self._dirs[cgroups_path] = f"{self._base}/{relative_cgroup_path(cgroups_path).strip('/')}"
         return d
 
-    def _text(self, cpus: CPUSet) -> str:
-        text = self._texts.get(cpus)
+    def _text(self, cpus: CPUSet, sep: str = "") -> str:
+        """`cpus` as cpuset text (sep "": ranges) or as a list joined by `sep` (mems "0,1"), cached."""
+        text = self._texts.get((cpus, sep))
         if text is None:
             if len(self._texts) >= 256:
                 self._texts.clear()
-            text = self._texts[cpus] = str(cpus)
+            text = self._texts[(cpus, sep)] = sep.join(map(str, cpus)) if sep else str(cpus)
         return text
 
     def read(self, cgroups_path: str) -> tuple[CPUSet, str]:
         """The container's cgroup cpuset.cpus and cpuset.mems (mems as "0,1" text)."""
         top = self._dir(cgroups_path)
-        cpus = _parse(f"{top}/{CPUS}", _read_text(f"{top}/{CPUS}"))
+        path = f"{top}/{CPUS}"
+        try:  # the same few texts on every shared container: parsed once (`_mems` caches any list)
+            cpus = self._mems(_read_text(path))
+        except CPUSetError as exc:
+            raise CgroupError(f"{path}: {exc}") from exc
         mems = self._mems(_read_text(f"{top}/{MEMS}"))
-        return cpus, ",".join(map(str, mems))
+        return cpus, self._text(mems, ",")
 
     def apply(self, cgroups_path: str, cpus: CPUSet, mems: str,
               known: tuple[CPUSet | None, str] | None = None) -> None:
@@ -156,7 +174,7 @@ class CpusetWriter:
         except (CgroupError, CPUSetError) as exc:
             self.counts.failed += 1
             self._dirs.pop(cgroups_path, None)  # the layout may have changed (v1 <-> v2 test trees)
-            self._base = None
+            self._base = self._v1 = None
             raise CgroupError(str(exc)) from exc
         self.counts.containers += 1
 
@@ -188,8 +206,14 @@ class CpusetWriter:
                 self._put(path, current | value)
             if not current.issubset(value):  # then narrow: nested cgroups deepest first, the container last
                 if children is None:
-                    children = _nested(top) if self.v1 else []
-                    self.counts.nested += bool(children)
+                    try:  # almost no container nests cpusets: try the container alone, look only on refusal
+                        self._put(path, value)
+                        continue
+                    except CgroupError:
+                        children = _nested(top) if self.v1 else []
+                        self.counts.nested += bool(children)
+                        if not children:
+                            raise
                 for child in reversed(children):
                     child_path = f"{child}/{name}"
                     have = _parse(child_path, _read_text(child_path))

@@ -2,11 +2,15 @@
 
 Handlers hand over an immutable snapshot (`submit`, microseconds); one writer thread turns the
 newest snapshot into the checkpoint body and writes it with `checkpoint.write` (temp file, fsync,
-rename, directory fsync). Snapshots that arrive while a write is in flight are coalesced: only
-the newest is written next. A body equal to the last one written is not written again.
+rename, directory fsync). The thread lingers `LINGER_SECONDS` after the first change before it
+writes, so an event's burst (create, start, stop of one pod) is one write, and the encoding and
+fsync fall after the runtime's own work for the event rather than into it; snapshots that arrive
+meanwhile (or while a write is in flight) are coalesced: only the newest is written next. A body
+equal to the last one written is not written again. `flush` and `close` cut the linger short.
 
 Crash guarantee (README "Checkpoint"): the file always holds a complete checkpoint of some
-earlier moment — never a torn one — at most one write behind the state replies were based on.
+earlier moment — never a torn one — at most one write (about `LINGER_SECONDS` plus the write)
+behind the state replies were based on.
 That is enough because the checkpoint is a hint: Synchronize rebuilds state from the runtime and
 the cgroups, and a container admitted after the last write is adopted from its cpuset there.
 """
@@ -28,6 +32,8 @@ from .cgroup_sync import background_priority
 from .tracker import Tracked
 
 log = structlog.get_logger("nri_pinner.service")
+
+LINGER_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,7 @@ class CheckpointWriter:
         self._submitted = self._done = 0  # sequence numbers: flush() waits for done >= submitted
         self._last: dict[str, Any] | None = None
         self._closed = True
+        self._hurry = 0  # flush() callers waiting: no linger
         self._thread = threading.Thread()
 
     def submit(self, snapshot: Snapshot) -> None:
@@ -78,7 +85,12 @@ class CheckpointWriter:
         """Wait until everything submitted so far is on disk (or skipped); False on timeout."""
         with self._cond:
             target = self._submitted
-            return self._cond.wait_for(lambda: self._done >= target, timeout)
+            self._hurry += 1
+            self._cond.notify_all()
+            try:
+                return self._cond.wait_for(lambda: self._done >= target, timeout)
+            finally:
+                self._hurry -= 1
 
     def close(self, timeout: float = 5.0) -> None:
         self.flush(timeout)
@@ -95,6 +107,7 @@ class CheckpointWriter:
                 self._cond.wait_for(lambda: self._pending is not None or self._closed)
                 if self._pending is None:
                     return
+                self._cond.wait_for(lambda: self._hurry > 0 or self._closed, LINGER_SECONDS)
                 snapshot, seq, self._pending = self._pending, self._submitted, None
             self._write(snapshot)
             with self._cond:

@@ -16,6 +16,7 @@ invert what the kubelet wrote into the CRI request:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +73,7 @@ def quota_to_milli(quota: int, period: int) -> int:
     return (quota * 1000 + period // 2) // period
 
 
+@functools.lru_cache(maxsize=4096)  # a pod's containers share it: Synchronize asks once per container
 def qos_from_cgroup_parent(parent: str) -> QoS:
     parts = [p for p in re.split(r"[/]", parent.lower()) if p]
     if not any(p.startswith("kubepods") for p in parts):
@@ -128,8 +130,13 @@ def cpu_limit_milli(cpu: Any) -> int:
     return quota_to_milli(_opt(cpu, "quota"), _opt(cpu, "period"))
 
 
-def _names(annotations: Any, key: str) -> set[str]:
-    return {n.strip() for n in annotations.get(key, "").split(",") if n.strip()}
+def _names(annotations: Any, key: str) -> frozenset[str]:
+    return _split_names(annotations.get(key, ""))
+
+
+@functools.lru_cache(maxsize=1024)
+def _split_names(text: str) -> frozenset[str]:
+    return frozenset(n.strip() for n in text.split(",") if n.strip())
 
 
 def intent_from_nri(pod: Any, container: Any) -> ContainerIntent:

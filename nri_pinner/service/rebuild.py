@@ -101,10 +101,14 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
     state = engine.initial_state() if start is None else start
     out = Rebuilt(state, {}, [])
     tracked, repairs = out.containers, out.repairs
+    # Shared containers' records when no hint merge is involved (`Engine.merges_shared`): admitting
+    # one is adding its record and changes nothing any other admission looks at but its own key, so
+    # they are collected and added in one copy (a per-container admission copies the whole state).
+    bulk = not engine.merges_shared
+    shared: dict[tuple[str, str], Assignment] = {}
     # Containers the previous state knew go first, so they keep their CPUs.
     for c in sorted(active, key=lambda c: (c.id not in prior, c.id)):
         pod = pods_by_id[c.pod_sandbox_id]
-        who = f"{pod.namespace}/{pod.name}/{c.name}"
         intent = _intent(pod, c, out.unreadable)
         actual, mems = CPUSet(), c.linux.resources.cpu.mems
         try:
@@ -114,18 +118,32 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             entry = prior.get(c.id)
             if entry is not None and entry.get("restartable") and intent.init:
                 intent = replace(intent, restartable=True)  # found running as a sidecar before the restart
-            state = restore_memory(engine, state, intent_key(intent), entry, repairs)
-            placed = _place(engine, state, intent, n, actual, entry, who, repairs)
-            if n and not _exclusive(placed, intent):
-                out.waiting.append(c.id)
+            key = intent_key(intent)
+            if entry is not None and entry.get("memory_blocks"):
+                state = restore_memory(engine, state, key, entry, repairs)
+            if bulk and n == 0:
+                if key not in shared and state.get(*key) is None:  # else: already admitted, as `admit` says
+                    shared[key] = Assignment(*key, EMPTY, EMPTY, exclusive=False, init=intent.init,
+                                             restartable=intent.restartable)
+                placed = state
+            else:
+                if key in shared:  # a second container under a shared one's name sees it, as in order
+                    state, shared = state.with_shared(shared), {}
+                placed = _place(engine, state, intent, n, actual, entry, f"{pod.namespace}/{pod.name}/{c.name}",
+                                repairs)
+                if n and not _exclusive(placed, intent):
+                    out.waiting.append(c.id)
         except Exception as exc:  # one container's data never fails the whole Synchronize
-            out.unreadable.append(Unreadable(who, c.id, f"cannot place it: {exc!r}", "container"))
+            out.unreadable.append(Unreadable(f"{pod.namespace}/{pod.name}/{c.name}", c.id,
+                                             f"cannot place it: {exc!r}", "container"))
             intent = _shared_intent(pod, c)
+            state, shared = state.with_shared(shared), {}
             placed, _ = engine.admit(state, AdmissionRequest(intent.pod_key, intent.container, QoS.BEST_EFFORT))
         state = placed
         tracked[c.id] = Tracked(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,
                                 started=c.state == api.CONTAINER_RUNNING,
                                 applied_cpus=actual or None, applied_mems=mems)
+    state = state.with_shared(shared)
     created = {c.id: (c.created_at or 0) for c in active}  # v0.10+ runtimes only; else the order above
     out.waiting.sort(key=lambda cid: created[cid])
     for cid in prior:

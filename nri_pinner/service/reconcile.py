@@ -26,12 +26,14 @@ from ..engine.cpuset import CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..engine.topology.sysfs import discover
 from ..nri.stub import Stub
+from .cgroup_sync import CgroupSyncer
 from .cgroup_writer import CpusetWriter
 from .cgroups import CgroupError, read_cpus
 from .cpuset_sync import cpu_update
 from .cri_client import CRIClient
 from .metrics import Metrics
 from .tracker import Tracker
+from .uevents import open_socket, watch_cpus
 
 log = structlog.get_logger("nri_pinner.reconcile")
 
@@ -47,23 +49,36 @@ class Drift:
 
 class Reconciler:
     def __init__(self, settings: Settings, tracker: Tracker, stub: Stub | None, metrics: Metrics,
-                 cri: CRIClient | None, writer: CpusetWriter | None = None) -> None:
+                 cri: CRIClient | None, writer: CpusetWriter | None = None,
+                 syncer: CgroupSyncer | None = None) -> None:
         self.settings, self.tracker, self.stub, self.metrics, self.cri = settings, tracker, stub, metrics, cri
         self._online_path = Path(settings.sysfs_root) / "sys/devices/system/cpu/online"
         self._online = tracker.engine.topology.online
+        self._online_lock = asyncio.Lock()  # the timer and the uevent watcher never rebuild at once
         self.repairs = 0
-        self.writer = writer
+        self.writer, self.syncer = writer, syncer
 
     async def run(self) -> None:
-        period = self.settings.reconcile.period_seconds
-        if period <= 0:
-            return
-        while True:
-            await asyncio.sleep(period)
-            try:
-                await self.tick()
-            except Exception as exc:  # the timer must survive anything one pass meets
-                log.error("reconcile pass failed", error=repr(exc))
+        sock = open_socket()
+        watcher = asyncio.create_task(watch_cpus(sock, self.cpus_changed)) if sock is not None else None
+        try:
+            period = self.settings.reconcile.period_seconds
+            while True:
+                await asyncio.sleep(period if period > 0 else 3600)
+                if period <= 0:
+                    continue
+                try:
+                    await self.tick()
+                except Exception as exc:  # the timer must survive anything one pass meets
+                    log.error("reconcile pass failed", error=repr(exc))
+        finally:
+            await stop_task(watcher)
+
+    async def cpus_changed(self) -> None:
+        """A kernel uevent said a CPU changed state: rebuild for the online set now, not at the next tick."""
+        if self.stub is not None and not self.stub.synchronized:
+            return  # Synchronize reads the topology the engine has; the first tick after it checks
+        await self._check_online_cpus()
 
     async def tick(self) -> list[Drift]:
         if self.stub is not None and not self.stub.synchronized:
@@ -165,6 +180,10 @@ class Reconciler:
                 t.applied_cpus = None
 
     async def _check_online_cpus(self) -> None:
+        async with self._online_lock:
+            await self._check_online_cpus_locked()
+
+    async def _check_online_cpus_locked(self) -> None:
         """CPU hotplug without a drain: rebuild the engine for the new online set and repair."""
         try:
             text = await asyncio.to_thread(self._online_path.read_text)
@@ -208,7 +227,12 @@ class Reconciler:
                     state = readmitted
                     messages.append(f"{t.intent.pod_name}/{t.key[1]}: pinned again on CPUs {decision.cpus}")
             tr.engine, tr.state = engine, state
-            tr.publish()
+            for t in tr.containers.values():
+                if t.started:  # the kernel drops offlined CPUs from every v1 cpuset: read them back
+                    t.applied_cpus = None
+            view = tr.publish()
+            if self.syncer is not None:  # the same path as an event's pool change, now
+                self.syncer.kick(view.generation)
             log.warning("online CPUs changed", before=str(before), after=str(engine.topology.online),
                         shared=str(tr.shared_pool))
             for m in messages:

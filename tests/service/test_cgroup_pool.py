@@ -16,7 +16,7 @@ from svc_harness import container, cpuset_updates, create, make_settings, mems_f
 
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service import cgroup_writer
+from nri_pinner.service import cgroup_sync, cgroup_writer
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 B, LATE = container(BPOD, "app", 100), container(BPOD, "late", 100)
@@ -197,3 +197,51 @@ async def test_create_does_not_wait_for_the_writes_but_the_exclusive_start_does(
         await starting
         pool = online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
         assert held(root, B)[0] == pool
+
+
+async def test_a_waiting_start_does_not_wait_out_the_syncers_settling(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The syncer settles after a kick so the runtime's own work goes first; an exclusive start that
+    # waits for the pass must cut that short (with a 60 s settle, its 1 s wait would run out).
+    monkeypatch.setattr(cgroup_sync, "SETTLE_SECONDS", 60.0)
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await r.conn.create_container(create(BPOD, B))
+        start(root, B, str(online), "0,1")
+        await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+        reply = await r.conn.create_container(create(GPOD, G))
+        assert reply is not None
+        await r.conn.state_change(api.START_CONTAINER, GPOD, G)
+        assert held(root, B)[0] == online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        assert r.svc.metrics.late_replies.labels("StartContainer")._value.get() == 0
+
+
+async def test_a_pool_that_only_grows_waits_longer_and_a_start_still_cuts_it_short(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Widening is never urgent (no shared container loses a CPU), so a stop's pass waits for the
+    # runtime to finish the stop; the shrink before it did not wait that long.
+    monkeypatch.setattr(cgroup_sync, "WIDEN_SETTLE_SECONDS", 60.0)
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await r.conn.create_container(create(BPOD, B))
+        start(root, B, str(online), "0,1")
+        await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+        reply = await r.conn.create_container(create(GPOD, G))
+        assert reply is not None
+        exclusive = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        start(root, G, str(exclusive), "0")
+        await r.conn.state_change(api.START_CONTAINER, GPOD, G)
+        syncer = r.svc.plugin.syncer
+        assert syncer is not None
+        await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5.0)  # the shrink's pass is done
+        assert held(root, B)[0] == online - exclusive
+
+        await r.conn.stop_container(api.StopContainerRequest(pod=GPOD, container=G))
+        await asyncio.sleep(0.3)
+        assert held(root, B)[0] == online - exclusive  # the widen is still settling
+        assert await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5.0)
+        assert held(root, B)[0] == online  # a waiter ends the settling at once

@@ -13,7 +13,7 @@ from svc_harness import checkpoint_entries, container, create, make_settings, po
 
 from nri_pinner.engine.cpumanager.state import EngineState
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service import checkpoint
+from nri_pinner.service import checkpoint, checkpoint_writer
 from nri_pinner.service.checkpoint_writer import CheckpointWriter, Snapshot
 
 GPOD, BPOD = pod("gold"), pod("burst", "burstable")
@@ -78,3 +78,16 @@ def test_a_failed_write_is_counted_and_the_next_one_still_lands(tmp_path: Path) 
     w.submit(Snapshot(EngineState(CPUSet([1])), {}, CPUSet([0]), CPUSet([1])))
     w.close()
     assert w.written == 1 and checkpoint.read(tmp_path / "cp.json").body is not None
+
+
+def test_flush_and_close_cut_the_linger_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The writer waits LINGER_SECONDS after a change to coalesce a burst; a flush must not wait it out.
+    monkeypatch.setattr(checkpoint_writer, "LINGER_SECONDS", 60.0)
+    w = CheckpointWriter(tmp_path / "cp.json")
+    w.submit(Snapshot(EngineState(CPUSet.parse("1-3")), {}, CPUSet([0]), CPUSet.parse("1-3")))
+    assert w.flush(timeout=10) and w.written == 1
+    w.submit(Snapshot(EngineState(CPUSet.parse("2-3")), {}, CPUSet([0]), CPUSet.parse("2-3")))
+    w.close(timeout=10)
+    assert w.written == 2 and not w._thread.is_alive()
+    assert checkpoint.read(tmp_path / "cp.json").body == {"policy": "static", "reserved": "0", "shared": "2-3",
+                                                        "entries": []}

@@ -135,6 +135,18 @@ class EngineState:
             exclusive_mask=mask,
         )
 
+    def with_shared(self, records: Mapping[Key, Assignment]) -> EngineState:
+        """A copy with many new shared (non-exclusive) records in one dict copy (rebuild: thousands of
+        shared containers, one copy instead of one each). Keys already held keep their record, as a
+        second admission of the same container would."""
+        if not records:
+            return self
+        assignments = {**records, **self.assignments}
+        if any(a.exclusive for a in records.values()):
+            raise ValueError("with_shared takes shared records only")
+        return EngineState(self.default_set, assignments, self.reusable, self.providers,
+                           exclusive_mask=self.exclusive_mask)
+
     def with_provider(self, name: str, value: Any) -> EngineState:
         """A copy with one resource manager's state replaced (CPU state shared, it is immutable)."""
         return EngineState(self.default_set, self.assignments, self.reusable, {**self.providers, name: value},

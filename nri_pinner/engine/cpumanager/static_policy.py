@@ -294,6 +294,7 @@ class StaticPolicy:
         if not self.options.prefer_isolated_cpus:
             allowed = allowed - self.topology.isolated
         fixed: dict[tuple[str, str], Assignment] = {}
+        kept: list[Assignment] = []  # the exclusive ones in `fixed` (a node has far more shared ones)
         for key, a in sorted(state.assignments.items()):
             if not a.exclusive:
                 if a.current or a.admitted:
@@ -301,9 +302,8 @@ class StaticPolicy:
                         f"pod: {a.pod}, container: {a.container} is shared but recorded CPUs "
                         f'"{a.current}"; cleared'
                     )
-                fixed[key] = Assignment(
-                    a.pod, a.container, EMPTY, EMPTY, False, a.init, a.restartable, a.numa_affinity
-                )
+                    a = Assignment(a.pod, a.container, EMPTY, EMPTY, False, a.init, a.restartable, a.numa_affinity)
+                fixed[key] = a  # (records are immutable: an unchanged one is kept, not copied)
                 continue
             keep = a.current & allowed
             if keep != a.current:
@@ -311,8 +311,8 @@ class StaticPolicy:
                     f'pod: {a.pod}, container: {a.container} cpuset: "{a.current}" holds CPUs '
                     f'"{a.current - keep}" that are offline, reserved or isolated; dropped them'
                 )
-            for other in fixed.values():
-                if other.exclusive and keep & other.current and not _may_share(a, other):
+            for other in kept:
+                if keep & other.current and not _may_share(a, other):
                     msgs.append(
                         f'pod: {a.pod}, container: {a.container} cpuset: "{keep}" overlaps with '
                         f'pod: {other.pod}, container: {other.container} cpuset: "{other.current}"; '
@@ -328,6 +328,7 @@ class StaticPolicy:
             fixed[key] = Assignment(
                 a.pod, a.container, a.admitted, keep, True, a.init, a.restartable, a.numa_affinity
             )
+            kept.append(fixed[key])
         exclusive = EngineState(assignments=fixed).exclusive_cpus()
         default = self.managed_shared - exclusive
         msgs.extend(self._default_set_diagnosis(state, exclusive))
