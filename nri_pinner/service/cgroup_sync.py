@@ -55,6 +55,7 @@ class CgroupSyncer:
         self._done = 0  # the generation the last finished pass started from
         self._closed = True
         self._waiters = 0  # StartContainer handlers waiting: no settling
+        self._pass_lock = threading.Lock()  # held for a whole pass, by the syncer or a waiting handler
         self._pool: CPUSet | None = None  # the shared pool the last pass wrote
         self._thread = threading.Thread()
 
@@ -69,13 +70,30 @@ class CgroupSyncer:
             self._cond.notify_all()
 
     def wait(self, generation: int, timeout: float) -> bool:
-        """Block until a pass that started at or after `generation` has finished; False on timeout."""
+        """Block until a pass that started at or after `generation` has finished; False on timeout.
+
+        When no pass is running the waiter runs it itself, on the handler thread at its normal
+        priority: waking the nice-10 syncer on a busy node was most of a StartContainer's wait."""
+        deadline = time.monotonic() + timeout
         with self._cond:
+            if self._done >= generation:
+                return True
             self._waiters += 1
             self._cond.notify_all()
-            try:
-                return self._cond.wait_for(lambda: self._done >= generation, timeout)
-            finally:
+        try:
+            if self._pass_lock.acquire(timeout=timeout):
+                try:
+                    with self._cond:
+                        due = self._done < generation
+                    if due:  # else the syncer's pass, which held the lock, already covered it
+                        self._finish(self._safe_pass())
+                finally:
+                    self._pass_lock.release()
+            with self._cond:
+                return self._cond.wait_for(lambda: self._done >= generation,
+                                           max(0.0, deadline - time.monotonic()))
+        finally:
+            with self._cond:
                 self._waiters -= 1
 
     def close(self, timeout: float = 5.0) -> None:
@@ -93,15 +111,24 @@ class CgroupSyncer:
                 if self._closed:
                     return
                 self._settle()
-            try:
-                generation = self.run_pass()
-            except Exception as exc:  # the thread must survive anything one pass meets
-                log.error("cgroup sync pass failed", error=repr(exc))
-                with self.tracker.lock:
-                    generation = self.tracker.generation
-            with self._cond:
-                self._done = max(self._done, generation)
-                self._cond.notify_all()
+            with self._pass_lock:  # one pass at a time: this thread's or a waiting handler's
+                with self._cond:
+                    due = self._wanted > self._done
+                if due:
+                    self._finish(self._safe_pass())
+
+    def _safe_pass(self) -> int:
+        try:
+            return self.run_pass()
+        except Exception as exc:  # the syncer (and a waiting handler) must survive anything one pass meets
+            log.error("cgroup sync pass failed", error=repr(exc))
+            with self.tracker.lock:
+                return self.tracker.generation
+
+    def _finish(self, generation: int) -> None:
+        with self._cond:
+            self._done = max(self._done, generation)
+            self._cond.notify_all()
 
     def _settle(self) -> None:
         """Wait before a pass (with `_cond` held), so the runtime finishes the event that kicked us

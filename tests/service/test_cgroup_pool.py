@@ -218,6 +218,30 @@ async def test_a_waiting_start_does_not_wait_out_the_syncers_settling(
         assert r.svc.metrics.late_replies.labels("StartContainer")._value.get() == 0
 
 
+async def test_a_waiting_start_runs_the_pass_itself_when_the_syncer_gets_no_cpu(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a busy node the nice-10 syncer thread may not run for a while: the StartContainer handler
+    # that waits for the pass runs it on its own thread instead of waiting for the syncer.
+    stalled = threading.Event()
+    monkeypatch.setattr(cgroup_sync, "background_priority", lambda: stalled.wait(30))
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    try:
+        async with running(settings) as r:
+            online = r.topology.online
+            await r.conn.create_container(create(BPOD, B))
+            start(root, B, str(online), "0,1")
+            await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+            reply = await r.conn.create_container(create(GPOD, G))
+            assert reply is not None
+            await r.conn.state_change(api.START_CONTAINER, GPOD, G)
+            assert held(root, B)[0] == online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+            assert r.svc.metrics.late_replies.labels("StartContainer")._value.get() == 0
+            stalled.set()  # before the service closes, which joins the syncer
+    finally:
+        stalled.set()
+
+
 async def test_a_pool_that_only_grows_waits_longer_and_a_start_still_cuts_it_short(
         workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Widening is never urgent (no shared container loses a CPU), so a stop's pass waits for the
