@@ -3,7 +3,8 @@
 The deadline that matters is not the CreateContainer reply but the new container's start: until
 StartContainer returns, containerd has not started its process, so no shared container can run
 beside it on its CPUs before then. So a handler only marks what changed and kicks this thread,
-and the StartContainer handler waits (`wait`) until a pass that began after the create finished.
+and the StartContainer handler waits (`wait`) until a pass that began after the create finished
+(running it itself when no pass is running).
 The writes run while containerd creates the new container's task (runc create, tens of ms), so the
 wait is usually over before it starts, and no reply's cost grows with the number of containers.
 
