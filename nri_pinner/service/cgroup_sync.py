@@ -112,10 +112,13 @@ class CgroupSyncer:
                 if self._closed:
                     return
                 self._settle()
+                settled_for = self._wanted
             with self._pass_lock:  # one pass at a time: this thread's or a waiting handler's
                 with self._cond:
                     due = self._wanted > self._done
-                if due:
+                    # a kick that came while a waiting handler held the pass gets its own settling
+                    stale = due and self._wanted != settled_for and not (self._waiters or self._closed)
+                if due and not stale:
                     self._finish(self._safe_pass())
 
     def _safe_pass(self) -> int:
