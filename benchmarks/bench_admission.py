@@ -23,15 +23,14 @@ neighbours (a wall p99 over target is flagged). Exit status 1 if missed.
 from __future__ import annotations
 
 import argparse
-import gc
 import platform
 import random
 import statistics
 import sys
-import time
 from typing import Any
 
 from shapes import machine
+from timing import p99, time_admissions
 
 from nri_pinner.config import from_mapping
 from nri_pinner.engine.admission import AdmissionRequest, Engine
@@ -78,20 +77,8 @@ def half_used(engine: Engine, rng: random.Random, with_devices: bool) -> EngineS
 def measure(engine: Engine, state: EngineState, requests: list[AdmissionRequest]
             ) -> tuple[float, float, float, str]:
     """(median, p99, p99 of this thread's CPU time) in ms, and the last outcome."""
-    samples: list[float] = []
-    cpu: list[float] = []
-    gc.collect()
-    last = ""
-    for req in requests:
-        start, start_cpu = time.perf_counter_ns(), time.thread_time_ns()
-        _, decision = engine.admit(state, req)
-        cpu.append((time.thread_time_ns() - start_cpu) / 1e6)
-        samples.append((time.perf_counter_ns() - start) / 1e6)
-        last = "admitted" if decision.admitted else decision.reason
-    samples.sort()
-    cpu.sort()
-    at = min(len(samples) - 1, int(len(samples) * 0.99))
-    return statistics.median(samples), samples[at], cpu[at], last
+    wall, cpu, last = time_admissions(engine, state, requests)
+    return statistics.median(wall), p99(wall), p99(cpu), last
 
 
 def run(repeat: int, seed: int, distributed_repeat: int) -> bool:

@@ -19,14 +19,13 @@ Exit status 1 if a CPU-time target is missed.
 from __future__ import annotations
 
 import argparse
-import gc
 import platform
 import random
 import statistics
 import sys
-import time
 
 from shapes import machine
+from timing import p99, time_admissions
 
 from nri_pinner.config import from_mapping
 from nri_pinner.engine.admission import AdmissionRequest, Engine
@@ -69,26 +68,9 @@ def half_used(engine: Engine, rng: random.Random) -> EngineState:
 
 def measure(engine: Engine, state: EngineState,
             requests: list[AdmissionRequest]) -> tuple[float, float, float, float, str]:
-    """(wall median, wall p99, thread CPU median, thread CPU p99) in ms, and the last outcome.
-
-    Thread CPU time leaves out what other processes on a loaded machine take: the wall figure is
-    what a runtime waits, the CPU figure is what the decision costs."""
-    wall: list[float] = []
-    cpu: list[float] = []
-    gc.collect()
-    last = ""
-    for req in requests:
-        start, start_cpu = time.perf_counter_ns(), time.thread_time_ns()
-        _, decision = engine.admit(state, req)
-        cpu.append((time.thread_time_ns() - start_cpu) / 1e6)
-        wall.append((time.perf_counter_ns() - start) / 1e6)
-        last = "admitted" if decision.admitted else decision.reason
-    return (statistics.median(wall), _p99(wall), statistics.median(cpu), _p99(cpu), last)
-
-
-def _p99(samples: list[float]) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    """(wall median, wall p99, thread CPU median, thread CPU p99) in ms, and the last outcome."""
+    wall, cpu, last = time_admissions(engine, state, requests)
+    return (statistics.median(wall), p99(wall), statistics.median(cpu), p99(cpu), last)
 
 
 def run(repeat: int, seed: int, slow: int) -> bool:

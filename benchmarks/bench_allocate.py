@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import statistics
 import time
 from collections.abc import Callable
 
 from shapes import machine
+from timing import p50_p99
 
 from nri_pinner.engine.cpumanager.allocator import take_by_topology_numa_distributed, take_by_topology_numa_packed
 from nri_pinner.engine.cpuset import CPUSet
@@ -40,8 +40,7 @@ def measure(fn: Callable[[], CPUSet], repeat: int) -> tuple[float, float]:
             samples.append((time.perf_counter() - t0) * 1000)
     finally:
         gc.enable()
-    samples.sort()
-    return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+    return p50_p99(samples)
 
 
 def main() -> None:

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import sys
 import time
 from collections.abc import Callable
 
 from shapes import machine
+from timing import p50_p99
 
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.model import Topology
@@ -75,11 +75,6 @@ def _constant(free: CPUSet) -> Callable[[], CPUSet]:
     return lambda: free
 
 
-def _p50_p99(samples: list[float]) -> tuple[float, float]:
-    samples.sort()
-    return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.99))]
-
-
 def equal_remote(topology: Topology) -> Topology:
     nodes = topology.numa_nodes
     return Topology(cpus=topology.cpus, numa_distances={a: {b: 10 if a == b else 20 for b in nodes} for a in nodes})
@@ -103,10 +98,10 @@ def run_closest(repeat: int) -> bool:
                     result = merge_container(manager, providers, req)
                     cpu.append((time.thread_time_ns() - start_cpu) / 1e6)
                     samples.append((time.perf_counter_ns() - start) / 1e6)
-                median, p99 = _p50_p99(samples)
+                median, p99 = p50_p99(samples)
                 ok &= p99 < target_ms
                 print(f"{label:16} {dist_label:10} {request:>4} {median:>10.3f} {p99:>8.3f} "
-                      f"{_p50_p99(cpu)[1]:>8.3f}  {result.hint}")
+                      f"{p50_p99(cpu)[1]:>8.3f}  {result.hint}")
     return ok
 
 
@@ -128,7 +123,7 @@ def run(repeat: int) -> bool:
                     start = time.perf_counter_ns()
                     result = merge_container(manager, providers, req)
                     samples.append((time.perf_counter_ns() - start) / 1e6)
-                median, p99 = _p50_p99(samples)
+                median, p99 = p50_p99(samples)
                 ok &= p99 < target_ms
                 print(f"{label:16} {free_label:18} {request:>4} {median:>10.3f} {p99:>8.3f}  {result.hint}")
     ok &= run_closest(repeat)

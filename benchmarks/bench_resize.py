@@ -36,6 +36,7 @@ from pathlib import Path
 
 import structlog
 from shapes import machine
+from timing import p99
 
 from nri_pinner.config import from_mapping
 from nri_pinner.engine.admission import AdmissionRequest, Engine
@@ -69,11 +70,6 @@ def with_container(engine: Engine, state: EngineState, milli: int) -> EngineStat
     return state
 
 
-def _p99(samples: list[float]) -> float:
-    samples.sort()
-    return samples[min(len(samples) - 1, int(len(samples) * 0.99))]
-
-
 def measure(engine: Engine, state: EngineState, milli: int, repeat: int,
             like: AdmissionRequest | None = None) -> tuple[float, float, float, str]:
     """(median wall ms, p99 wall ms, p99 thread-CPU ms, outcome)."""
@@ -87,7 +83,7 @@ def measure(engine: Engine, state: EngineState, milli: int, repeat: int,
         wall.append((time.perf_counter_ns() - w0) / 1e6)
         cpu.append((time.thread_time_ns() - c0) / 1e6)
         outcome = d.kind if d.applied else d.reason
-    return statistics.median(wall), _p99(wall), _p99(cpu), outcome
+    return statistics.median(wall), p99(wall), p99(cpu), outcome
 
 
 def run(repeat: int, seed: int) -> bool:
@@ -163,7 +159,7 @@ async def service_round_trip(workdir: Path, shared: int, repeat: int) -> None:
     print(f"\nservice round trip of a resize (fake runtime 1.7.24 profile, dual-socket fixture, {shared} started "
           f"shared containers, cgroup files in a temp dir), {repeat} samples each")
     for name, ms in timings.items():
-        print(f"  {name:14} median {statistics.median(ms):7.3f} ms   p99 {_p99(ms):7.3f} ms   max {max(ms):7.3f} ms")
+        print(f"  {name:14} median {statistics.median(ms):7.3f} ms   p99 {p99(ms):7.3f} ms   max {max(ms):7.3f} ms")
 
 
 if __name__ == "__main__":
