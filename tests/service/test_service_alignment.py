@@ -152,23 +152,27 @@ def test_intake_memory_for_guaranteed_only(sysfs: Path, workdir: Path) -> None:
         page_size_bytes("2XB")
 
 
-async def test_app_container_reuses_its_init_containers_memory(workdir: Path, sysfs: Path) -> None:
+@pytest.mark.parametrize("cpu_milli", [1000, 500], ids=["exclusive-cpus", "shared-cpus"])
+async def test_app_container_reuses_its_init_containers_memory(workdir: Path, sysfs: Path, cpu_milli: int) -> None:
     """Nodes have 7-8 GiB allocatable: after a 6 GiB init container, a 5 GiB app container fits on
     the init's node (where its reusable CPU is, so single-numa-node needs that node) only because it
     reuses the exited init container's memory (kubelet Memory Manager rule); the checkpoint keeps
-    the shrunk init block, removal frees everything."""
+    the shrunk init block, removal frees everything. With fractional CPUs (shared pool) the init
+    container still holds Memory Manager blocks, kept after it exits (the kubelet releases memory at
+    removal, not at exit)."""
     settings = settings_for(workdir, sysfs)
     svc = service(settings)
     async with running(settings, CONTAINERD_2_3_0, svc=svc) as r:
         gp = pod("job")
-        init = container(gp, "setup", 1000, 1000, init=True)
+        init = container(gp, "setup", cpu_milli, cpu_milli, init=True)
         init.linux.resources.memory.limit.value = 6 * GB
         reply = await r.conn.create_container(create(gp, init))
         assert reply is not None
         node = reply.adjust.linux.resources.cpu.mems
         await r.conn.stop_container(api.StopContainerRequest(pod=gp, container=init))
+        assert checkpoint_entries(settings)[init.id]["memory_blocks"][0]["size"] == 6 * GB
 
-        app = container(gp, "main", 1000, 1000)
+        app = container(gp, "main", cpu_milli, cpu_milli)
         app.linux.resources.memory.limit.value = 5 * GB
         reply = await r.conn.create_container(create(gp, app))
         assert reply is not None and reply.adjust.linux.resources.cpu.mems == node
@@ -182,32 +186,3 @@ async def test_app_container_reuses_its_init_containers_memory(workdir: Path, sy
             assert await r.conn.state_change(api.REMOVE_CONTAINER, gp, c)
         state = memory_state(svc.tracker.state.providers["memory"])
         assert state.blocks == {} and memory.machine(state)[int(node)].tables["memory"].reserved == 0
-
-
-async def test_a_shared_init_containers_memory_is_kept_for_its_app_containers(workdir: Path, sysfs: Path) -> None:
-    """A Guaranteed init container with fractional CPUs (shared pool) still holds Memory Manager
-    blocks: they stay after it exits so the app container can reuse them (the kubelet releases
-    memory at removal, not at exit); without that the 5 GiB app container would not fit beside
-    the 6 GiB init block on the init's node."""
-    settings = settings_for(workdir, sysfs)
-    svc = service(settings)
-    async with running(settings, CONTAINERD_2_3_0, svc=svc) as r:
-        gp = pod("job")
-        init = container(gp, "setup", 500, 500, init=True)
-        init.linux.resources.memory.limit.value = 6 * GB
-        reply = await r.conn.create_container(create(gp, init))
-        assert reply is not None
-        node = reply.adjust.linux.resources.cpu.mems
-        await r.conn.stop_container(api.StopContainerRequest(pod=gp, container=init))
-        assert checkpoint_entries(settings)[init.id]["memory_blocks"][0]["size"] == 6 * GB
-
-        app = container(gp, "main", 500, 500)
-        app.linux.resources.memory.limit.value = 5 * GB
-        reply = await r.conn.create_container(create(gp, app))
-        assert reply is not None and reply.adjust.linux.resources.cpu.mems == node
-        entries = checkpoint_entries(settings)
-        assert entries[init.id]["memory_blocks"] == [{"numa": [int(node)], "type": "memory", "size": GB}]
-        assert entries[app.id]["memory_blocks"] == [{"numa": [int(node)], "type": "memory", "size": 5 * GB}]
-        for c in (init, app):
-            assert await r.conn.state_change(api.REMOVE_CONTAINER, gp, c)
-        assert memory_state(svc.tracker.state.providers["memory"]).blocks == {}
