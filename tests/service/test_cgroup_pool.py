@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from svc_harness import container, cpuset_updates, create, make_settings, mems_for, pod, running
+from svc_harness import Running, container, cpuset_updates, create, make_settings, mems_for, pod, running
 
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
@@ -39,6 +39,13 @@ def start(root: Path, c: api.Container, cpus: str, mems: str) -> None:
 def held(root: Path, c: api.Container) -> tuple[CPUSet, str]:
     d = cgroup_dir(root, c)
     return CPUSet.parse((d / "cpuset.cpus").read_text()), (d / "cpuset.mems").read_text().strip()
+
+
+async def start_shared(r: Running, root: Path) -> None:
+    """The Burstable container B created and started, its cgroup holding every online CPU."""
+    await r.conn.create_container(create(BPOD, B))
+    start(root, B, str(r.topology.online), "0,1")
+    await r.conn.state_change(api.START_CONTAINER, BPOD, B)
 
 
 def resize(c: api.Container, p: api.PodSandbox, shares: int, cpus: str) -> api.UpdateContainerRequest:
@@ -84,9 +91,7 @@ async def test_every_update_is_answered_with_the_current_cpuset(workdir: Path) -
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
         online = r.topology.online
-        await r.conn.create_container(create(BPOD, B))
-        start(root, B, str(online), "0,1")
-        await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+        await start_shared(r, root)
         reply = await r.conn.create_container(create(GPOD, G))
         assert reply is not None
         pool = online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
@@ -106,9 +111,7 @@ async def test_synchronize_trusts_the_cgroup_over_the_runtimes_stale_record(work
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
         online = r.topology.online
-        await r.conn.create_container(create(BPOD, B))
-        start(root, B, str(online), "0,1")
-        await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+        await start_shared(r, root)
         reply = await r.conn.create_container(create(GPOD, G))
         assert reply is not None
         exclusive = reply.adjust.linux.resources.cpu.cpus
@@ -148,9 +151,7 @@ async def test_drift_repair_writes_the_cgroup_and_rechecks_what_is_desired(workd
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
         online = r.topology.online
-        await r.conn.create_container(create(BPOD, B))
-        start(root, B, str(online), "0,1")
-        await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+        await start_shared(r, root)
         reply = await r.conn.create_container(create(GPOD, G))
         assert reply is not None
         pool = online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
@@ -183,9 +184,7 @@ async def test_create_does_not_wait_for_the_writes_but_the_exclusive_start_does(
 
     async with running(settings) as r:
         online = r.topology.online
-        await r.conn.create_container(create(BPOD, B))
-        start(root, B, str(online), "0,1")
-        await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+        await start_shared(r, root)
         monkeypatch.setattr(cgroup_writer, "_write", slow_disk)  # every cgroup write now hangs until the gate opens
 
         reply = await r.conn.create_container(create(GPOD, G))  # answered while the write hangs
@@ -208,9 +207,7 @@ async def test_a_waiting_start_does_not_wait_out_the_syncers_settling(
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
         online = r.topology.online
-        await r.conn.create_container(create(BPOD, B))
-        start(root, B, str(online), "0,1")
-        await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+        await start_shared(r, root)
         reply = await r.conn.create_container(create(GPOD, G))
         assert reply is not None
         await r.conn.state_change(api.START_CONTAINER, GPOD, G)
@@ -229,9 +226,7 @@ async def test_a_waiting_start_runs_the_pass_itself_when_the_syncer_gets_no_cpu(
     try:
         async with running(settings) as r:
             online = r.topology.online
-            await r.conn.create_container(create(BPOD, B))
-            start(root, B, str(online), "0,1")
-            await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+            await start_shared(r, root)
             reply = await r.conn.create_container(create(GPOD, G))
             assert reply is not None
             await r.conn.state_change(api.START_CONTAINER, GPOD, G)
@@ -251,9 +246,7 @@ async def test_a_pool_that_only_grows_waits_longer_and_a_start_still_cuts_it_sho
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
         online = r.topology.online
-        await r.conn.create_container(create(BPOD, B))
-        start(root, B, str(online), "0,1")
-        await r.conn.state_change(api.START_CONTAINER, BPOD, B)
+        await start_shared(r, root)
         reply = await r.conn.create_container(create(GPOD, G))
         assert reply is not None
         exclusive = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
