@@ -10,54 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpu_box import GB, engine_for, write_gpu_box
 
 from nri_pinner.config import from_mapping
 from nri_pinner.engine.admission import AdmissionRequest, Engine
 from nri_pinner.engine.devicemanager.hints import Device
-from nri_pinner.engine.memorymanager.provider import build_policy, memory_state
+from nri_pinner.engine.memorymanager.provider import memory_state
 from nri_pinner.engine.memorymanager.state import MEMORY
-from nri_pinner.engine.topology.memory import read_node_memory
 from nri_pinner.engine.topology.model import CPUInfo, Topology
 from nri_pinner.engine.topology.pci import DeviceResolver
-from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.engine.topologymanager.hints import mask_of
-from testkit.scripts import load_script
-
-GB = 1 << 30
-
-
-
-
-gen = load_script("gen_sysfs")
-devgen = load_script("gen_sysfs_devices")
 
 
 @pytest.fixture(scope="module")
 def box(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("gpu-box")
-    # 2 sockets x 1 NUMA x 4 cores x 2 threads (CPUs 0-7 node 0, 8-15 node 1) + memory-only node 2
-    gen.write_tree(root, gen.Shape(sockets=2, cores_per_numa=4, cpuless_nodes=1, l1_l2_files=False,
-                                   distances=((10, 21, 30), (21, 10, 15), (30, 15, 10))))
-    devgen.gpu_box(root)
-    return root
-
-
-def engine_for(root: Path, policy: str, *, memory: bool = True, options: tuple[str, ...] = (),
-               reserved_memory: str = "") -> Engine:
-    topo = discover(root)
-    settings = from_mapping({
-        "cpu_manager": {"reserved_cpus": "0,8"},
-        "topology_manager": {"policy": policy, "policy_options": list(options)},
-        "hints": {"providers": ["cpu", "devices", "memory"] if memory else ["cpu", "devices"]},
-        "memory_manager": {"reserved_memory": reserved_memory}})
-    mm = None
-    if memory:
-        nodes = read_node_memory(root)
-        mm = build_policy(topo.numa_nodes, {n.node: n.memory_bytes for n in nodes},
-                          {n.node: {f"hugepages-{p >> 20}Mi" if p < GB else f"hugepages-{p >> 30}Gi": b
-                                    for p, b in n.hugepages.items()} for n in nodes},
-                          distances={n.node: n.distances for n in nodes})
-    return Engine.from_settings(settings, topo, memory=mm)
+    return write_gpu_box(tmp_path_factory.mktemp("gpu-box"))
 
 
 def gpu(root: Path, minor: int) -> dict[str, list[Device]]:

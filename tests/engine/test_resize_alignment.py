@@ -11,43 +11,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gpu_box import GB, engine_for, write_gpu_box
 
-from nri_pinner.config import from_mapping
 from nri_pinner.engine.admission import AdmissionRequest, Engine
 from nri_pinner.engine.cpumanager.state import EngineState
 from nri_pinner.engine.devicemanager.hints import Device
-from nri_pinner.engine.memorymanager.provider import build_policy, memory_state
+from nri_pinner.engine.memorymanager.provider import memory_state
 from nri_pinner.engine.memorymanager.state import MEMORY
-from nri_pinner.engine.topology.memory import read_node_memory
 from nri_pinner.engine.topology.pci import DeviceResolver
-from nri_pinner.engine.topology.sysfs import discover
-from testkit.scripts import load_script
-
-GB = 1 << 30
-gen, devgen = load_script("gen_sysfs"), load_script("gen_sysfs_devices")
 
 
 @pytest.fixture(scope="module")
 def box(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("gpu-box")
-    # 2 NUMA nodes x 4 cores x 2 threads + memory-only node 2 (nearest node 1); GPU 195:1 on node 1
-    gen.write_tree(root, gen.Shape(sockets=2, cores_per_numa=4, cpuless_nodes=1, l1_l2_files=False,
-                                   distances=((10, 21, 30), (21, 10, 15), (30, 15, 10))))
-    devgen.gpu_box(root)
-    return root
-
-
-def engine_for(root: Path, policy: str, memory: bool = False) -> Engine:
-    topo = discover(root)
-    settings = from_mapping({
-        "cpu_manager": {"reserved_cpus": "0,8"}, "topology_manager": {"policy": policy},
-        "hints": {"providers": ["cpu", "devices", "memory"] if memory else ["cpu", "devices"]}})
-    mm = None
-    if memory:
-        nodes = read_node_memory(root)
-        mm = build_policy(topo.numa_nodes, {n.node: n.memory_bytes for n in nodes},
-                          distances={n.node: n.distances for n in nodes})
-    return Engine.from_settings(settings, topo, memory=mm)
+    return write_gpu_box(tmp_path_factory.mktemp("gpu-box"))
 
 
 def gpu1(root: Path) -> dict[str, list[Device]]:
@@ -72,7 +48,7 @@ def fill(e: Engine, state: EngineState, node: int, leave: int) -> EngineState:
 
 
 def test_to_exclusive_under_single_numa_node_lands_on_the_gpus_node(box: Path) -> None:
-    e = engine_for(box, "single-numa-node")
+    e = engine_for(box, "single-numa-node", memory=False)
     like = fractional("g", devices=gpu1(box))
     state, d = e.admit(e.initial_state(), like)
     assert d.admitted and not d.exclusive
@@ -87,7 +63,7 @@ def test_to_exclusive_under_single_numa_node_lands_on_the_gpus_node(box: Path) -
 
 
 def test_to_exclusive_refused_when_the_gpus_node_is_full_names_the_devices(box: Path) -> None:
-    e = engine_for(box, "single-numa-node")
+    e = engine_for(box, "single-numa-node", memory=False)
     like = fractional("g", devices=gpu1(box))
     state, _ = e.admit(e.initial_state(), like)
     state = fill(e, state, 1, leave=1)
@@ -99,7 +75,7 @@ def test_to_exclusive_refused_when_the_gpus_node_is_full_names_the_devices(box: 
 
 
 def test_best_effort_prefers_the_gpus_node_and_never_refuses(box: Path) -> None:
-    e = engine_for(box, "best-effort")
+    e = engine_for(box, "best-effort", memory=False)
     like = fractional("g", devices=gpu1(box))
     state, _ = e.admit(e.initial_state(), like)
     _, rd = e.resize(state, "g", "c", "guaranteed", 3000, 3000, like=like)
