@@ -127,7 +127,8 @@ def test_five_nodes_best_effort_match_the_oracle() -> None:
 def test_closest_candidates_come_in_the_merges_order() -> None:
     """The search lists a size's candidates by (mean distance, mask) from sums carried along;
     that must be the merge's own ranking (``same_size_key``) on asymmetric distance tables too."""
-    from nri_pinner.engine.topologymanager.implicit import _ascending, _with_distances
+    from nri_pinner.engine.topologymanager.hints import masks_of_size
+    from nri_pinner.engine.topologymanager.implicit import _with_distances
     from nri_pinner.engine.topologymanager.merge import _Order
 
     rng = random.Random("closest-order")
@@ -142,4 +143,4 @@ def test_closest_candidates_come_in_the_merges_order() -> None:
         size = rng.randint(1, len(nodes))
         keyed = sorted((total / (size * size), m) for m, total in _with_distances(nodes, size, order.table))
         carried = [m for _, m in keyed]
-        assert carried == sorted(_ascending(nodes, size), key=order.same_size_key)
+        assert carried == sorted(masks_of_size(nodes, size), key=order.same_size_key)

@@ -11,7 +11,7 @@ means "no preference"; an *empty* list means "cannot be satisfied anywhere".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,6 +38,23 @@ def nodes_of(mask: int) -> list[int]:
         out.append(low.bit_length() - 1)
         mask ^= low
     return out
+
+
+def masks_of_size(nodes: list[int], k: int) -> Iterator[int]:
+    """The k-subsets of ``nodes`` (ascending node ids) as masks, in ascending mask order
+    (Gosper's hack over positions; k = 0 gives the empty mask)."""
+    n = len(nodes)
+    if k < 0 or k > n:
+        return
+    if k == 0:
+        yield 0
+        return
+    v = (1 << k) - 1
+    while v < 1 << n:
+        yield sum(1 << nodes[i] for i in nodes_of(v))
+        low = v & -v
+        ripple = v + low
+        v = (((ripple ^ v) >> 2) // low) | ripple
 
 
 def count(mask: int) -> int:

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .hints import nodes_of
+from .hints import masks_of_size, nodes_of
 
 Weights = tuple[int, ...]
 Interval = tuple[int, int]  # as in upset.py: every X with lo ⊆ X ⊆ hi
@@ -143,19 +143,6 @@ def reachable(mask: int, intervals: Sequence[Interval], choices: Sequence[_Choic
     return False
 
 
-def _ascending(pool: list[int], size: int) -> Iterator[int]:
-    """``size``-subsets of ``pool`` (ascending node ids) as masks, in ascending mask order."""
-    n = len(pool)
-    if size < 1 or size > n:
-        return
-    v = (1 << size) - 1
-    while v < 1 << n:
-        yield sum(1 << pool[i] for i in nodes_of(v))
-        low = v & -v
-        ripple = v + low
-        v = (((ripple ^ v) >> 2) // low) | ripple
-
-
 def _with_distances(pool: list[int], size: int, table: dict[int, dict[int, int]]) -> Iterator[tuple[int, int]]:
     """Every ``size``-subset of ``pool`` as (mask, summed distance over all ordered node pairs),
     the sum carried along as nodes are added instead of recomputed per mask."""
@@ -187,7 +174,7 @@ def best_non_preferred_implicit(intervals: set[Interval], forms: Sequence[UpForm
             allowed |= hi & mask
     pool = nodes_of(allowed)
     for size in order.non_preferred_sizes(best_count, min(largest, len(pool))):
-        candidates: Iterator[int] | list[int] = _ascending(pool, size)
+        candidates: Iterator[int] | list[int] = masks_of_size(pool, size)  # size >= 1 (non_preferred_sizes)
         if order.closest:  # (mean distance, mask): the same floats as order.same_size_key
             square = size * size
             keyed = sorted((total / square, m) for m, total in _with_distances(pool, size, order.table))

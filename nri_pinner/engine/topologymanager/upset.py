@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
 from .cpu_hints import CPUTopologyHints
-from .hints import TopologyHint, nodes_of
+from .hints import TopologyHint, masks_of_size, nodes_of
 
 Interval = tuple[int, int]
 
@@ -79,22 +79,6 @@ def fold(intervals: set[Interval], source: Sequence[TopologyHint], default: int)
     return {(lo & plo, hi & phi) for lo, hi in intervals for plo, phi in pieces if hi & phi}
 
 
-def _ascending(candidates: list[int], k: int) -> Iterator[int]:
-    """k-subsets of the node ids in ``candidates`` (ascending) as masks, in ascending mask order."""
-    n = len(candidates)
-    if k < 0 or k > n:
-        return
-    if k == 0:
-        yield 0
-        return
-    v = (1 << k) - 1
-    while v < 1 << n:
-        yield sum(1 << candidates[i] for i in nodes_of(v))
-        low = v & -v
-        ripple = v + low
-        v = (((ripple ^ v) >> 2) // low) | ripple
-
-
 def _best_of(masks: Iterator[int], closest: bool, key: Callable[[int], Any]) -> int | None:
     if not closest:  # ascending masks: the first is the best
         return next(masks, None)
@@ -106,14 +90,14 @@ def best_within(lo: int, hi: int, size: int, family: CPUTopologyHints | None, or
     if family is None:
         if lo == hi:
             return lo if lo and lo.bit_count() == size else None
-        extra = _ascending(nodes_of(hi & ~lo), size - lo.bit_count())
+        extra = masks_of_size(nodes_of(hi & ~lo), size - lo.bit_count())
         return _best_of((lo | e for e in extra if lo | e), order.closest, order.same_size_key)
     if lo == hi:
         if order.closest:
             return family.closest_within(lo, size, order.table)
         return next(family.masks_within(lo, size), None)
     outside = family.universe & ~lo
-    masks = (r for r in _ascending(nodes_of(hi & family.universe), size) if family.is_hint(r | outside))
+    masks = (r for r in masks_of_size(nodes_of(hi & family.universe), size) if family.is_hint(r | outside))
     return _best_of(masks, order.closest, order.same_size_key)
 
 
