@@ -97,18 +97,6 @@ class _ResizeAccumulator(Accumulator):
                 return
             self.take_partial_uncore(u)
 
-    def take_remaining(self, spread: bool) -> None:
-        idx = self.idx
-        groups, masks = (self.sorted_sockets(), idx.socket_mask) if spread else (self.sorted_cores(), idx.core_mask)
-        for g in groups:
-            m = masks[g] & self.free
-            while m and self.needed > 0:
-                low = m & -m
-                self.take(low)
-                m ^= low
-            if self.needed <= 0:
-                return
-
 
 def _packed(idx: TopologyIndex, free: int, retained: int, n: int, spread: bool, uncore: bool) -> int:
     acc = _ResizeAccumulator(idx, free, retained, n)
