@@ -1,11 +1,13 @@
 """What a container cgroup's cpuset.cpus write costs on this machine's real cpuset hierarchy.
 
 Needs root and a cgroup-v1 cpuset hierarchy (or v2 with the cpuset controller) at --root. Builds
-`--containers` sibling cgroups below a private parent (the kubelet's pod-level layout: the parent
-keeps every CPU), each with `--tasks` sleeping processes, then times the writes a pool change makes:
-every container narrowed by one CPU, then widened again, through `CpusetWriter` exactly as the
-service does (`known` = no read-back). Prints the median / p90 per container write and per pass,
-and whether the kernel rebuilt scheduler domains (v1: the parent's cpuset.sched_load_balance).
+`--containers` container cgroups, each below a pod cgroup of its own below a private parent (the
+kubelet's layout: pod cgroups keep every CPU), each with `--tasks` sleeping processes, then times
+the writes a pool change makes: every container narrowed by one CPU, then widened again, through
+`CpusetWriter` exactly as the service does (`known` = no read-back, descriptors kept open). On v1 it
+runs twice: with the containers' cpuset.sched_load_balance left set (every write rebuilds the
+scheduler domains) and cleared as the service does (`reconcile.cgroup_v1_skip_rebuilds`). Prints
+the median / p90 per container write and per pass.
 
     .venv/bin/python benchmarks/bench_cgroup_write.py [--containers 100] [--tasks 2] [--rounds 20]
 """
@@ -21,6 +23,30 @@ from pathlib import Path
 
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.service.cgroup_writer import CpusetWriter
+
+
+def make(d: Path, v1: bool, cpus: str, mems: str) -> None:
+    d.mkdir()
+    if v1:
+        (d / "cpuset.cpus").write_text(cpus)
+        (d / "cpuset.mems").write_text(mems)
+
+
+def timed_passes(writer: CpusetWriter, rel: list[str], online: CPUSet, rounds: int) -> tuple[list[float], list[float]]:
+    narrow = online - CPUSet([max(online)])
+    per_write: list[float] = []
+    per_pass: list[float] = []
+    current = online
+    for _ in range(rounds):
+        for target in (narrow, online):
+            started = time.perf_counter()
+            for path in rel:
+                t0 = time.perf_counter()
+                writer.apply(path, target, "", known=(current, ""))
+                per_write.append(time.perf_counter() - t0)
+            per_pass.append(time.perf_counter() - started)
+            current = target
+    return per_write, per_pass
 
 
 def main() -> None:
@@ -41,51 +67,44 @@ def main() -> None:
     sleepers: list[subprocess.Popen[bytes]] = []
     dirs: list[Path] = []
     try:
-        parent.mkdir()
-        if v1:
-            (parent / "cpuset.cpus").write_text(str(online))
-            (parent / "cpuset.mems").write_text(mems)
+        make(parent, v1, str(online), mems)
+        if not v1:
+            (parent / "cgroup.subtree_control").write_text("+cpuset")
         for i in range(args.containers):
-            d = parent / f"c{i}"
-            d.mkdir()
+            pod = parent / f"pod{i}"
+            make(pod, v1, str(online), mems)
+            if not v1:
+                (pod / "cgroup.subtree_control").write_text("+cpuset")
+            d = pod / "ctr"
+            make(d, v1, str(online), mems)
             dirs.append(d)
-            (d / "cpuset.cpus").write_text(str(online))
-            (d / "cpuset.mems").write_text(mems)
             for _ in range(args.tasks):
                 p = subprocess.Popen(["sleep", "600"])
                 sleepers.append(p)
                 (d / "cgroup.procs").write_text(str(p.pid))
-        writer = CpusetWriter(root)
-        narrow = online - CPUSet([max(online)])
-        rel = [f"/{parent.name}/{d.name}" for d in dirs]
-        per_write: list[float] = []
-        per_pass: list[float] = []
-        current = online
-        for _ in range(args.rounds):
-            for target in (narrow, online):
-                started = time.perf_counter()
-                for path in rel:
-                    t0 = time.perf_counter()
-                    writer.apply(path, target, "", known=(current, ""))
-                    per_write.append(time.perf_counter() - t0)
-                per_pass.append(time.perf_counter() - started)
-                current = target
-        assert CPUSet.parse((dirs[0] / "cpuset.cpus").read_text()) == online
-        us = sorted(x * 1e6 for x in per_write)
-        ms = sorted(x * 1e3 for x in per_pass)
-        balance = (parent / "cpuset.sched_load_balance").read_text().strip() if v1 else "n/a (v2)"
+        rel = [f"/{parent.name}/{d.parent.name}/{d.name}" for d in dirs]
         print(f"cgroup {'v1' if v1 else 'v2'} at {root}, {len(online)} CPUs, {args.containers} containers x "
-              f"{args.tasks} tasks, {args.rounds} rounds of narrow+widen; sched_load_balance={balance}")
-        print(f"  one container's cpuset.cpus write: median {statistics.median(us):7.1f} us   "
-              f"p90 {us[int(0.9 * (len(us) - 1))]:7.1f} us   max {us[-1]:7.1f} us")
-        print(f"  a pool change over all containers: median {statistics.median(ms):7.2f} ms   "
-              f"p90 {ms[int(0.9 * (len(ms) - 1))]:7.2f} ms")
+              f"{args.tasks} tasks below pod cgroups, {args.rounds} rounds of narrow+widen")
+        for skip in (False, True) if v1 else (True,):
+            writer = CpusetWriter(root, skip_v1_rebuilds=skip)
+            per_write, per_pass = timed_passes(writer, rel, online, args.rounds)
+            writer.close()
+            assert CPUSet.parse((dirs[0] / "cpuset.cpus").read_text()) == online
+            us = sorted(x * 1e6 for x in per_write)
+            ms = sorted(x * 1e3 for x in per_pass)
+            flag = (dirs[0] / "cpuset.sched_load_balance").read_text().strip() if v1 else "n/a (v2)"
+            print(f"  containers' cpuset.sched_load_balance={flag}")
+            print(f"    one container's cpuset.cpus write: median {statistics.median(us):7.1f} us   "
+                  f"p90 {us[int(0.9 * (len(us) - 1))]:7.1f} us   max {us[-1]:7.1f} us")
+            print(f"    a pool change over all containers: median {statistics.median(ms):7.2f} ms   "
+                  f"p90 {ms[int(0.9 * (len(ms) - 1))]:7.2f} ms")
     finally:
         for p in sleepers:
             p.kill()
             p.wait()
         for d in reversed(dirs):
             d.rmdir()
+            d.parent.rmdir()
         if parent.exists():
             parent.rmdir()
 

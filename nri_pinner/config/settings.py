@@ -93,6 +93,7 @@ class ReconcileSettings:
     cri_socket: str = "/run/containerd/containerd.sock"
     cgroup_root: str = "/sys/fs/cgroup"
     cgroup_writes: bool = True  # pool changes written to cgroups directly; false = NRI updates only
+    cgroup_v1_skip_rebuilds: bool = True  # v1: clear written containers' cpuset.sched_load_balance
 
 
 @dataclass(frozen=True)
@@ -343,6 +344,7 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
         cri_socket=r.get("cri_socket", str, rd.cri_socket),
         cgroup_root=r.get("cgroup_root", str, rd.cgroup_root),
         cgroup_writes=r.get("cgroup_writes", bool, rd.cgroup_writes),
+        cgroup_v1_skip_rebuilds=r.get("cgroup_v1_skip_rebuilds", bool, rd.cgroup_v1_skip_rebuilds),
     )
     r.done()
 

@@ -120,15 +120,13 @@ class CPUSet:
     # -- printing ----------------------------------------------------------
     def __str__(self) -> str:
         parts: list[str] = []
-        start = prev = -2
-        for cpu in self:
-            if cpu != prev + 1:
-                if start >= 0:
-                    parts.append(_fmt(start, prev))
-                start = cpu
-            prev = cpu
-        if start >= 0:
-            parts.append(_fmt(start, prev))
+        m = self._mask
+        while m:  # one step per run of consecutive CPUs, not per CPU (a 256-CPU pool is one or two runs)
+            lo = (m & -m).bit_length() - 1
+            above = m >> lo
+            run = (~above & (above + 1)).bit_length() - 1  # how many ones from `lo` up
+            parts.append(_fmt(lo, lo + run - 1))
+            m &= ~(((1 << run) - 1) << lo)
         return ",".join(parts)
 
     def __repr__(self) -> str:

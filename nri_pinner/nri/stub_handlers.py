@@ -2,7 +2,7 @@
 
 The runtime drops a plugin that misses its request timeout (the container then proceeds without the
 plugin's adjustment), so every handler call gets a budget shorter than that timeout. Plugin code runs
-on one dedicated *handler thread* with its own event loop; the wire loop only waits for the result.
+on one dedicated *handler thread*, one call at a time; the wire loop only waits for the result.
 A handler that blocks (CPU-bound work, fsync, ``time.sleep``) therefore cannot stop the wire loop
 from answering in time with the plugin's declared fallback. The late result is discarded and
 reported to the plugin (``discarded_reply``) so it can undo what it decided.
@@ -11,10 +11,11 @@ reported to the plugin (``discarded_reply``) so it can undo what it decided.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import inspect
+import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,38 +98,40 @@ def event_names(mask: int) -> list[str]:
 
 
 class HandlerThread:
-    """A daemon thread running its own event loop, where all plugin code executes.
+    """A daemon thread where all plugin code executes, one call at a time (the runtime sends one
+    event at a time anyway). Calls arrive through a queue: half the CPU of scheduling them on an
+    event loop from another thread, on every event. An async handler runs to completion on the
+    thread's own event loop (`complete`), so it may await (`Stub.update_containers`).
 
     Daemon, so a handler stuck forever cannot keep the process alive.
     """
 
     def __init__(self, name: str = "nri-plugin-handlers") -> None:
+        self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._loop = asyncio.new_event_loop()
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._loop.run_forever()
+        while (call := self._calls.get()) is not None:
+            call()
+        self._loop.close()
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
-        """Run ``fn(*args)`` (sync, or async and awaited) on the handler thread."""
+    def submit(self, call: Callable[[], None]) -> None:
+        """Run ``call()`` on the handler thread; it must deliver its own outcome and not raise."""
+        self._calls.put(call)
 
-        async def invoke() -> Any:
-            result = fn(*args)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
-
-        return asyncio.run_coroutine_threadsafe(invoke(), self._loop)
+    def complete(self, awaitable: Awaitable[Any]) -> Any:
+        """Await on the handler thread's loop (only from a call running on that thread)."""
+        return self._loop.run_until_complete(awaitable)
 
     def stop(self, timeout: float = 1.0) -> None:
-        if self._loop.is_closed():
-            return
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        if not self._stopped:
+            self._stopped = True
+            self._calls.put(None)
         self._thread.join(timeout)
-        if not self._thread.is_alive():
-            self._loop.close()
 
 
 @dataclass
@@ -171,30 +174,39 @@ async def call_with_budget(
     Exceptions of ``fn`` propagate. A result (or exception) arriving after the deadline is passed to
     ``on_late`` on the handler thread and never reaches the wire.
     """
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[Any] = loop.create_future()
     invocation = _Invocation(threading.Lock())
 
-    async def guarded() -> Any:
+    def settle(ok: bool, outcome: Any) -> None:  # on the wire loop
+        if not waiter.done():
+            if ok:
+                waiter.set_result(outcome)
+            else:
+                waiter.set_exception(outcome)
+
+    def guarded() -> None:  # on the handler thread
+        ok, outcome = True, None
         try:
-            result: Any = fn(*args)
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception as exc:
-            if not invocation.finish():
-                on_late(exc)
-            raise
+            outcome = fn(*args)
+            if inspect.isawaitable(outcome):
+                outcome = thread.complete(outcome)
+        except BaseException as exc:  # delivered to the waiter: nothing may escape this thread
+            ok, outcome = False, exc
         if not invocation.finish():
-            on_late(result)
-        return result
+            on_late(outcome)
+            return
+        with contextlib.suppress(RuntimeError):  # the wire loop closed meanwhile (shutdown)
+            loop.call_soon_threadsafe(settle, ok, outcome)
 
-    future = asyncio.wrap_future(thread.submit(guarded))
-    done, _ = await asyncio.wait({future}, timeout=max(budget, 0.0))
-    if not done and invocation.abandon():
-        # The handler keeps running on its thread; nothing cancels it (it may hold plugin state).
-        future.add_done_callback(_consume)
-        raise HandlerTimeout(f"handler exceeded its {budget:.3f}s budget")
-    return await future
+    def expire() -> None:  # on the wire loop
+        if invocation.abandon():
+            # The handler keeps running on its thread; nothing cancels it (it may hold plugin state).
+            settle(False, HandlerTimeout(f"handler exceeded its {budget:.3f}s budget"))
 
-
-def _consume(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()  # mark retrieved; the late outcome was already reported via on_late
+    thread.submit(guarded)
+    timer = loop.call_later(max(budget, 0.0), expire)
+    try:
+        return await waiter
+    finally:
+        timer.cancel()

@@ -160,8 +160,10 @@ class CgroupSyncer:
             # nodes of its own: computed once per pass, not once per container.
             state, per_container = tr.state, tr.engine.memory is not None
             shared: tuple[CPUSet, str] | None = None
+            live: list[str] = []
             for t in tr.containers.values():
                 if t.started and not t.stopped:
+                    live.append(t.cgroups_path)
                     a = state.assignments.get(t.key)
                     if per_container or (a is not None and a.exclusive):
                         cpus, mems = tr.desired(t)
@@ -172,6 +174,8 @@ class CgroupSyncer:
                     if t.applied_cpus != cpus or t.applied_mems != mems:
                         known = (t.applied_cpus, t.applied_mems) if t.applied_cpus is not None else None
                         work.append((t, cpus, mems, known))
+        if len(self.writer.files) > len(live):  # some went away: close their cgroup files
+            self.writer.retain(live)
         done: list[tuple[Tracked, CPUSet, str, bool]] = []
         # narrowing writes first, the shared pool's before the others (a resize: README "Resize")
         work.sort(key=lambda w: (widens_only(w[1], w[3]), w[1] != pool))

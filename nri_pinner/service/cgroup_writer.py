@@ -20,13 +20,16 @@ Any failure raises `CgroupError`; the caller then sends the NRI update for that 
 from __future__ import annotations
 
 import os
+import resource
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine.cpuset import CPUSet, CPUSetError
 from .cgroups import CgroupError, cpuset_dir, relative_cgroup_path
 
-CPUS, MEMS = "cpuset.cpus", "cpuset.mems"
+CPUS, MEMS, BALANCE = "cpuset.cpus", "cpuset.mems", "cpuset.sched_load_balance"
 
 
 @dataclass
@@ -37,6 +40,7 @@ class WriteCounts:
     writes: int = 0  # individual cpuset file writes
     nested: int = 0  # containers that had nested cpuset cgroups (narrowed first)
     failed: int = 0  # containers left to the NRI update
+    balance_cleared: int = 0  # v1 containers whose cpuset.sched_load_balance was cleared
 
 
 def _read_text(path: str) -> str:
@@ -62,17 +66,64 @@ def _parse(path: str, text: str) -> CPUSet:
         raise CgroupError(f"{path}: {exc}") from exc
 
 
-def _write(path: str, text: str) -> None:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)  # O_TRUNC: cgroupfs ignores it, plain test files need it
-    except OSError as exc:
-        raise CgroupError(f"cannot open {path}: {exc.strerror or exc}") from exc
-    try:
-        os.write(fd, (text or "\n").encode())  # an empty set is written as a newline
-    except OSError as exc:
-        raise CgroupError(f"cannot write {text} to {path}: {exc.strerror or exc}") from exc
-    finally:
-        os.close(fd)
+class OpenFiles:
+    """Write descriptors of containers' own cpuset files, kept open between pool changes.
+
+    A write through an open descriptor skips the path walk, the open and the close: a third of what
+    a cgroupfs write costs (`benchmarks/bench_cgroup_write.py`). The oldest descriptor is closed
+    past `limit`, and `retain` closes those of containers that are gone (a removed cgroup's file
+    answers ENODEV). One lock covers lookup, write and close: a descriptor closed while another
+    thread wrote through it could meanwhile name an unrelated file."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._fds: dict[str, int] = {}  # file path -> descriptor, oldest first
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    def write(self, path: str, text: str, keep: bool = True) -> None:
+        """Write `text` as the file's whole content (cgroupfs ignores the truncate, plain test files
+        need it); `keep=False` opens and closes (nested cgroups: rare)."""
+        data = (text or "\n").encode()  # an empty set is written as a newline
+        with self._lock:
+            fd = self._fds.get(path, -1)
+            if fd < 0:
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                except OSError as exc:
+                    raise CgroupError(f"cannot open {path}: {exc.strerror or exc}") from exc
+                if keep:
+                    self._fds[path] = fd
+                    if len(self._fds) > self.limit:
+                        os.close(self._fds.pop(next(iter(self._fds))))
+            try:
+                os.pwrite(fd, data, 0)
+                os.ftruncate(fd, len(data))
+            except OSError as exc:
+                keep = False  # closed below: the next write opens afresh (a recreated or refusing cgroup)
+                self._fds.pop(path, None)
+                raise CgroupError(f"cannot write {text} to {path}: {exc.strerror or exc}") from exc
+            finally:
+                if not keep:
+                    os.close(fd)
+
+    def retain(self, tops: set[str]) -> None:
+        """Close the descriptors of files outside the directories `tops`."""
+        with self._lock:
+            for path in [p for p in self._fds if p.rpartition("/")[0] not in tops]:
+                os.close(self._fds.pop(path))
+
+    def close(self) -> None:
+        self.retain(set())
+
+
+def open_files_limit() -> int:
+    """A quarter of the soft descriptor limit, 64 … 4096 (the checkpoint, sockets and sysfs reads
+    need the rest)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 4096 if soft == resource.RLIM_INFINITY else max(64, min(4096, soft // 4))
 
 
 def _nested(top: str) -> list[str]:
@@ -106,12 +157,16 @@ def unwritable(cgroup_root: str | Path) -> str:
 
 
 class CpusetWriter:
-    """Per event it costs, for each container whose cpuset changes, a read of the two files and
-    one write each that differs: plain `os` calls on cached paths (see bench_cgroup_write.py)."""
+    """Per event it costs, for each container whose cpuset changes, one write per file that differs
+    (a read of each first when the caller does not know what the cgroup holds), through descriptors
+    kept open (`OpenFiles`); see bench_cgroup_write.py."""
 
-    def __init__(self, cgroup_root: str | Path) -> None:
+    def __init__(self, cgroup_root: str | Path, skip_v1_rebuilds: bool = True) -> None:
         self.root = Path(cgroup_root)
         self.counts = WriteCounts()
+        self.files = OpenFiles(open_files_limit())
+        self.skip_v1_rebuilds = skip_v1_rebuilds
+        self._balance_done: set[str] = set()  # v1 container directories whose load-balance flag was handled
         self._dirs: dict[str, str] = {}  # cgroups path -> the container's cpuset directory
         self._base: str | None = None  # <root>/cpuset (v1, hybrid) or <root> (v2); forgotten on a failure
         self._v1: bool | None = None
@@ -126,14 +181,17 @@ class CpusetWriter:
             self._v1 = (self.root / "cpuset").is_dir()
         return self._v1
 
+    def _base_dir(self) -> str:
+        if self._base is None:  # the same rule as cgroups.cpuset_dir, decided once
+            self._base = str(cpuset_dir(self.root, ""))
+        return self._base
+
     def _dir(self, cgroups_path: str) -> str:
         d = self._dirs.get(cgroups_path)
         if d is None:
             if len(self._dirs) >= 65536:
                 self._dirs.clear()
-            if self._base is None:  # the same rule as cgroups.cpuset_dir, decided once
-                self._base = str(cpuset_dir(self.root, ""))
-            d = self._dirs[cgroups_path] = f"{self._base}/{relative_cgroup_path(cgroups_path).strip('/')}"
+            d = self._dirs[cgroups_path] = f"{self._base_dir()}/{relative_cgroup_path(cgroups_path).strip('/')}"
         return d
 
     def _text(self, cpus: CPUSet, sep: str = "") -> str:
@@ -202,6 +260,8 @@ class CpusetWriter:
                 current = _parse(path, text)
             if current == value:
                 continue
+            if self.skip_v1_rebuilds and self.v1:
+                self._skip_rebuilds(top)
             if not value.issubset(current):  # widen first (through the union when CPUs also go)
                 self._put(path, current | value)
             if not current.issubset(value):  # then narrow: nested cgroups deepest first, the container last
@@ -218,9 +278,39 @@ class CpusetWriter:
                     child_path = f"{child}/{name}"
                     have = _parse(child_path, _read_text(child_path))
                     if not have.issubset(value):
-                        self._put(child_path, (have & value) or value)
+                        self._put(child_path, (have & value) or value, keep=False)
                 self._put(path, value)
 
-    def _put(self, path: str, value: CPUSet) -> None:
-        _write(path, self._text(value))
+    def _put(self, path: str, value: CPUSet, keep: bool = True) -> None:
+        self.files.write(path, self._text(value), keep)
         self.counts.writes += 1
+
+    def _skip_rebuilds(self, top: str) -> None:
+        """cgroup v1: clear the container's `cpuset.sched_load_balance` before its first write. With
+        the flag set, every write to the container's cpuset rebuilds the scheduler domains: two
+        thirds of a write's cost below the kubelet's pod cgroups (bench_cgroup_write.py
+        --balance-flag). Clearing it changes no scheduling while the top cpuset balances — the
+        kernel then makes one domain of all CPUs whatever the children say (kernel docs,
+        cgroup-v1/cpusets.rst 1.7) — so it is done only then, checked at each container's first
+        write. A missing or refused flag file only leaves the writes slower."""
+        if top in self._balance_done:
+            return
+        if len(self._balance_done) >= 65536:
+            self._balance_done.clear()
+        self._balance_done.add(top)
+        try:
+            if _read_text(f"{self._base_dir()}/{BALANCE}") != "1":
+                return
+            self.files.write(f"{top}/{BALANCE}", "0", keep=False)
+            self.counts.balance_cleared += 1
+        except CgroupError:
+            pass
+
+    def retain(self, cgroups_paths: Iterable[str]) -> None:
+        """Forget every container but these (the syncer calls it when containers went away)."""
+        tops = {self._dir(p) for p in cgroups_paths}
+        self.files.retain(tops)
+        self._balance_done &= tops
+
+    def close(self) -> None:
+        self.files.close()

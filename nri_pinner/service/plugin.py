@@ -57,7 +57,8 @@ class PinnerPlugin:
         self._waiting: list[str] = []  # Guaranteed containers Synchronize left on the shared pool, oldest first
         self.intake = Intake(settings)  # device and memory requests for those providers
         self.checkpoints = CheckpointWriter(settings.state.checkpoint)
-        self.writer = CpusetWriter(settings.reconcile.cgroup_root) if settings.reconcile.cgroup_writes else None
+        rec = settings.reconcile
+        self.writer = CpusetWriter(rec.cgroup_root, rec.cgroup_v1_skip_rebuilds) if rec.cgroup_writes else None
         why = unwritable(settings.reconcile.cgroup_root) if self.writer is not None else ""
         if why:
             log.warning("cgroup writes off: pool changes travel as NRI updates in the replies", reason=why)
@@ -139,6 +140,8 @@ class PinnerPlugin:
         """Stop the writer threads (after the last event): the checkpoint is flushed first."""
         if self.syncer is not None:
             self.syncer.close()
+        if self.writer is not None:
+            self.writer.close()
         self.checkpoints.close()
 
     def on_close(self) -> None:
@@ -205,7 +208,7 @@ class PinnerPlugin:
                 state, decision = tr.engine.admit(tr.state, replace(request, qos=QoS.BEST_EFFORT))
                 outcome = "fail-open"
             tr.state = state
-            for old in [t for t in tr.containers.in_pod(intent.pod_key) if t.key[1] == intent.container]:
+            for old in tr.containers.with_key((intent.pod_key, intent.container)):
                 del tr.containers[old.container_id]  # a restarted container replaces the old record
             t = Tracked(intent.container_id, req.container.pod_sandbox_id, intent, req.container.linux.cgroups_path)
             tr.containers[t.container_id] = t
@@ -353,7 +356,7 @@ class PinnerPlugin:
         if creating_init:
             return
         tr = self.tracker
-        for t in tr.containers.in_pod(pod_key):
+        for t in tr.containers.by_pod.get(pod_key, {}).values():  # no copy: only intents and state change
             if t.intent.init and not t.intent.restartable and not t.stopped:
                 t.intent = replace(t.intent, restartable=True)
                 a = tr.assignment(t)

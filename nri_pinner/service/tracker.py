@@ -12,12 +12,14 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..engine.admission import Decision, Engine
 from ..engine.cpumanager.state import Assignment, EngineState
 from ..engine.cpuset import CPUSet
 from .intent import ContainerIntent
+
+K = TypeVar("K", str, tuple[str, str])
 
 
 @dataclass
@@ -42,12 +44,14 @@ class Tracked:
 
 
 class Containers(dict[str, Tracked]):
-    """Container id -> Tracked, indexed by pod as well, so that per-event lookups (the pod's other
-    containers, a restarted container's old record) cost the same on an empty node and a full one."""
+    """Container id -> Tracked, indexed by pod and by (pod, container name) as well, so that
+    per-event lookups (the pod's other containers, a restarted container's old record) cost the
+    same on an empty node and a full one, and in a small pod and a big one."""
 
     def __init__(self, items: dict[str, Tracked] | None = None) -> None:
         super().__init__()
         self.by_pod: dict[str, dict[str, Tracked]] = {}
+        self._by_key: dict[tuple[str, str], dict[str, Tracked]] = {}
         for cid, t in (items or {}).items():
             self[cid] = t
 
@@ -57,6 +61,7 @@ class Containers(dict[str, Tracked]):
             self._unindex(cid, old)
         super().__setitem__(cid, t)
         self.by_pod.setdefault(t.key[0], {})[cid] = t
+        self._by_key.setdefault(t.key, {})[cid] = t
 
     def __delitem__(self, cid: str) -> None:
         t = self[cid]
@@ -73,12 +78,21 @@ class Containers(dict[str, Tracked]):
     def in_pod(self, pod_key: str) -> list[Tracked]:
         return list(self.by_pod.get(pod_key, {}).values())
 
+    def with_key(self, key: tuple[str, str]) -> list[Tracked]:
+        """The records of one pod's container name (two while a restarted container replaces one)."""
+        return list(self._by_key.get(key, {}).values())
+
     def _unindex(self, cid: str, t: Tracked) -> None:
-        pod = self.by_pod.get(t.key[0])
-        if pod is not None:
-            pod.pop(cid, None)
-            if not pod:
-                del self.by_pod[t.key[0]]
+        _drop(self.by_pod, t.key[0], cid)
+        _drop(self._by_key, t.key, cid)
+
+
+def _drop(index: dict[K, dict[str, Tracked]], k: K, cid: str) -> None:
+    entries = index.get(k)
+    if entries is not None:
+        entries.pop(cid, None)
+        if not entries:
+            del index[k]
 
 
 @dataclass(frozen=True)
@@ -151,10 +165,8 @@ class Tracker:
         return text
 
     def by_key(self, key: tuple[str, str]) -> Tracked | None:
-        for t in self.containers.in_pod(key[0]):
-            if t.key == key:
-                return t
-        return None
+        found = self.containers.with_key(key)
+        return found[0] if found else None
 
     def record(self, decision: Decision, intent: ContainerIntent, outcome: str) -> None:
         entry = {"container_id": intent.container_id, "namespace": intent.namespace, "pod_name": intent.pod_name,

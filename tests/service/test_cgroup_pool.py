@@ -85,6 +85,27 @@ async def test_a_guaranteed_create_shrinks_started_containers_in_their_cgroups(w
         assert held(root, B) == (online, "0,1")  # widened again, after the stop's reply
 
 
+async def test_a_pass_closes_the_cgroup_files_of_containers_that_went_away(workdir: Path) -> None:
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await start_shared(r, root)
+        await r.conn.create_container(create(BPOD, LATE))
+        start(root, LATE, str(online), "0,1")
+        await r.conn.state_change(api.START_CONTAINER, BPOD, LATE)
+        await r.conn.create_container(create(GPOD, G))
+        await r.conn.state_change(api.START_CONTAINER, GPOD, G)  # the pass narrowed B and LATE
+        syncer, writer = r.svc.plugin.syncer, r.svc.plugin.writer
+        assert syncer is not None and writer is not None and len(writer.files) == 2
+        await r.conn.stop_container(api.StopContainerRequest(pod=BPOD, container=LATE))
+        await r.conn.state_change(api.REMOVE_CONTAINER, BPOD, LATE)
+        await r.conn.stop_container(api.StopContainerRequest(pod=GPOD, container=G))
+        assert await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        assert held(root, B) == (online, "0,1") and len(writer.files) == 1  # LATE's file closed
+    assert len(writer.files) == 0  # and every file at shutdown
+
+
 async def test_every_update_is_answered_with_the_current_cpuset(workdir: Path) -> None:
     """The rule that tells our cpuset-only updates from a kubelet resize (README), both directions."""
     settings = make_settings(workdir)
@@ -176,16 +197,16 @@ async def test_create_does_not_wait_for_the_writes_but_the_exclusive_start_does(
     settings = make_settings(workdir)
     root = Path(settings.reconcile.cgroup_root)
     gate = threading.Event()
-    real = cgroup_writer._write
+    real = cgroup_writer.OpenFiles.write
 
-    def slow_disk(path: str, text: str) -> None:
+    def slow_disk(self: cgroup_writer.OpenFiles, path: str, text: str, keep: bool = True) -> None:
         assert gate.wait(10)
-        real(path, text)
+        real(self, path, text, keep)
 
     async with running(settings) as r:
         online = r.topology.online
         await start_shared(r, root)
-        monkeypatch.setattr(cgroup_writer, "_write", slow_disk)  # every cgroup write now hangs until the gate opens
+        monkeypatch.setattr(cgroup_writer.OpenFiles, "write", slow_disk)  # each cgroup write hangs until the gate opens
 
         reply = await r.conn.create_container(create(GPOD, G))  # answered while the write hangs
         assert reply is not None and reply.update == []

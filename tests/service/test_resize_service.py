@@ -81,14 +81,14 @@ async def started(r: Running, root: Path, p: api.PodSandbox, c: api.Container) -
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """Every cgroup cpuset.cpus write, in order: (container directory name, cpus)."""
     log: list[tuple[str, str]] = []
-    real = cgroup_writer._write
+    real = cgroup_writer.OpenFiles.write
 
-    def recording(path: str, text: str) -> None:
-        real(path, text)
+    def recording(self: cgroup_writer.OpenFiles, path: str, text: str, keep: bool = True) -> None:
+        real(self, path, text, keep)
         if path.endswith("cpuset.cpus"):
             log.append((Path(path).parent.name, text.strip()))
 
-    monkeypatch.setattr(cgroup_writer, "_write", recording)
+    monkeypatch.setattr(cgroup_writer.OpenFiles, "write", recording)
     return log
 
 
