@@ -5,8 +5,9 @@ StartContainer returns, containerd has not started its process, so no shared con
 beside it on its CPUs before then. So a handler only marks what changed and kicks this thread,
 and the StartContainer handler waits (`wait`) until a pass that began after the create finished
 (running it itself when no pass is running).
-The writes run while containerd creates the new container's task (runc create, tens of ms), so the
-wait is usually over before it starts, and no reply's cost grows with the number of containers.
+The pass starts 2 ms after the kick — once the reply is on the wire — and runs while containerd
+finishes the create, so it is over before the start and no reply's cost grows with the number of
+containers. (Waiting longer put the pass inside the start: measured README "Pool changes".)
 
 Containers that have not started have no cgroup: their update goes in the reply (NRI), which
 containerd applies to the spec runc will use. A started container whose write fails is left with
@@ -30,7 +31,7 @@ from .tracker import Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")
 
-SETTLE_SECONDS = 0.01  # well inside the create-to-start gap (runc create alone takes tens of ms)
+SETTLE_SECONDS = 0.002  # the reply goes out first; the pass then overlaps containerd finishing the create
 WIDEN_SETTLE_SECONDS = 0.1  # a pool that only grows is never urgent: let a stop or removal finish first
 
 
@@ -135,9 +136,9 @@ class CgroupSyncer:
             self._cond.notify_all()
 
     def _settle(self) -> None:
-        """Wait before a pass (with `_cond` held), so the runtime finishes the event that kicked us
-        (its create, a Burstable create beside it, a stop's exit handling) before this pass competes
-        for the CPUs: SETTLE_SECONDS, or WIDEN_SETTLE_SECONDS while the shared pool only grew since
+        """Wait before a pass (with `_cond` held): SETTLE_SECONDS, so the reply that kicked us leaves
+        before this pass competes for the CPUs (and the GIL), or WIDEN_SETTLE_SECONDS, so a stop or a
+        removal finishes (its exit handling) first, while the shared pool only grew since
         the last pass (no shared container must lose a CPU: nothing can overlap an exclusive set).
         A waiting StartContainer ends it; a newer kick makes it decide again, from the same start."""
         began = time.monotonic()

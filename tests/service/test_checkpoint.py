@@ -1,3 +1,4 @@
+import hashlib
 import json
 from pathlib import Path
 
@@ -45,3 +46,17 @@ def test_truncated_file(tmp_path: Path) -> None:
     data = p.read_bytes()
     p.write_bytes(data[: len(data) // 2])
     assert checkpoint.read(p).body is None
+
+
+def test_a_file_in_the_earlier_indented_layout_is_still_read(tmp_path: Path) -> None:
+    """Before the compact encoding the document was indented; the checksum covers the canonical body
+    text either way, so an upgrade keeps the node's checkpoint."""
+    body = {"policy": "static", "shared": "0-3", "entries": [{"pod": "p", "container": "c", "cpus": "4", "x": None}]}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    doc = {"kind": checkpoint.KIND, "version": checkpoint.FORMAT_VERSION, "body": body,
+           "checksum": "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()}
+    p = tmp_path / "cp.json"
+    p.write_text(json.dumps(doc, sort_keys=True, indent=1) + "\n")
+    assert checkpoint.read(p).body == body
+    checkpoint.write(p, body)  # written back compact: one line, the same document
+    assert json.loads(p.read_text()) == doc and p.read_text().count("\n") == 1
