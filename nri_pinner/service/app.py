@@ -86,13 +86,17 @@ class Service:
         cri = CRIClient(settings.reconcile.cri_socket) if settings.reconcile.cri_socket else None
         self.reconciler = Reconciler(settings, self.tracker, self.stub, self.metrics, cri, self.plugin.writer,
                                      self.plugin.syncer)
-        self.metrics.watch(self.stub, self.tracker)
+        writer = self.plugin.writer
+        self.metrics.watch(self.stub, self.tracker, writer.stats if writer is not None else None)
         self.listener: Listener | None = None
 
     def document(self) -> dict[str, object]:
-        return status_document(self.tracker, self.stub, self.reconciler.repairs,
-                               self.nics.snapshot() if self.nics is not None else None,
-                               self.podresources.summary() if self.podresources is not None else None)
+        doc = status_document(self.tracker, self.stub, self.reconciler.repairs,
+                              self.nics.snapshot() if self.nics is not None else None,
+                              self.podresources.summary() if self.podresources is not None else None)
+        writer = self.plugin.writer
+        doc["health"]["cgroup_writes"] = writer.stats() if writer is not None else None  # None: writes off
+        return doc
 
     async def run(self) -> int:
         server = await start_server(self.settings.inspect.socket, self.document)

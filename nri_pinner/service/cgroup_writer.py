@@ -23,7 +23,7 @@ import os
 import resource
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..engine.cpuset import CPUSet, CPUSetError
@@ -34,7 +34,8 @@ CPUS, MEMS, BALANCE = "cpuset.cpus", "cpuset.mems", "cpuset.sched_load_balance"
 
 @dataclass
 class WriteCounts:
-    """What the writer did since start (exported in the status document and metrics)."""
+    """What the writer did since start (status document `health.cgroup_writes`, metric
+    `nri_pinner_cgroup_writes_total{kind}`)."""
 
     containers: int = 0  # containers whose cgroup was written
     writes: int = 0  # individual cpuset file writes
@@ -305,6 +306,10 @@ class CpusetWriter:
             self.counts.balance_cleared += 1
         except CgroupError:
             pass
+
+    def stats(self) -> dict[str, int]:
+        """The counters and the descriptors open now (status document, metrics)."""
+        return {**asdict(self.counts), "open_files": len(self.files)}
 
     def retain(self, cgroups_paths: Iterable[str]) -> None:
         """Forget every container but these (the syncer calls it when containers went away)."""

@@ -8,11 +8,11 @@ no lock taken: a scrape never delays an NRI reply).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -112,6 +112,7 @@ class Metrics:
         self.runtime = RuntimeInfo()
         self.stub: ConnectionView | None = None
         self.tracker: Tracker | None = None
+        self.cgroup_writes: Callable[[], dict[str, int]] | None = None  # the writer's counters, read at scrape
         r.register(_LiveCollector(self))
 
     def count_providers(self, decision: Any) -> None:
@@ -123,9 +124,10 @@ class Metrics:
             for name in {b.split("[")[0] for b in decision.blamed}:
                 self.provider_rejections.labels(name).inc()
 
-    def watch(self, stub: ConnectionView, tracker: Tracker) -> None:
-        """Where connection state and pools are read from at scrape time."""
-        self.stub, self.tracker = stub, tracker
+    def watch(self, stub: ConnectionView, tracker: Tracker,
+              cgroup_writes: Callable[[], dict[str, int]] | None = None) -> None:
+        """Where connection state, pools and the cgroup writer's counters are read from at scrape time."""
+        self.stub, self.tracker, self.cgroup_writes = stub, tracker, cgroup_writes
 
     def rejected(self, reason: str) -> None:
         """One admission refused (whatever on_reject then does with it)."""
@@ -176,3 +178,12 @@ class _LiveCollector(Collector):
         yield exclusive
         yield shared
         yield total
+        writes = CounterMetricFamily("nri_pinner_cgroup_writes", "Direct cgroup cpuset writes (README \"Pool "
+                                     "changes\"): containers written, files written, containers with nested "
+                                     "cpusets, containers left to the NRI update, v1 load-balance flags "
+                                     "cleared", labels=["kind"])
+        if m.cgroup_writes is not None:
+            for kind, value in m.cgroup_writes().items():
+                if kind != "open_files":
+                    writes.add_metric([kind], value)
+        yield writes

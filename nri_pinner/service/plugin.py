@@ -217,6 +217,7 @@ class PinnerPlugin:
             updates = self._pending_updates(exclude=t.container_id)
             tr.record(decision, intent, outcome)
             self._commit()
+            t.start_after = tr.generation
         log.info("container pinned" if decision.exclusive else "container on shared pool",
                  pod=f"{intent.namespace}/{intent.pod_name}", container=intent.container, qos=intent.qos,
                  cpus=str(cpus), mems=mems, exclusive=decision.exclusive, outcome=outcome,
@@ -279,10 +280,12 @@ class PinnerPlugin:
                 return
             t.started = True
             a = tr.assignment(t)
-            generation = tr.generation
             exclusive = a is not None and a.exclusive
-            if self.syncer is not None and (exclusive or (t.applied_cpus, t.applied_mems) != tr.desired(t)):
-                self.syncer.kick(generation)
+            if self.syncer is not None and (t.applied_cpus, t.applied_mems) != tr.desired(t):
+                self.syncer.kick(tr.generation)  # its own cgroup lags (the pool changed since its create)
+            # A pass begun after this container got its CPUs narrowed every started neighbour; later
+            # changes (a Burstable create beside it) never hand those CPUs back: no newer pass needed.
+            generation = t.start_after or tr.generation
         if self.syncer is None or not exclusive:
             return
         if not self.syncer.wait(generation, START_WAIT_SECONDS):

@@ -223,6 +223,8 @@ class Resizer:
         after = tr.desired(t)[0]
         self._note(t, d.kind, "", before, after, request, limit, "", d, time.perf_counter() - started)
         p._commit()  # kicks the syncer: narrowing writes first, then widening (cgroup_sync)
+        if not t.started:
+            t.start_after = tr.generation  # its start waits for a pass that saw the new CPUs
         if d.added and t.started and p.syncer is not None:
             return tr.generation
         return 0

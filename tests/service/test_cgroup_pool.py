@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 from svc_harness import Running, container, cpuset_updates, create, make_settings, mems_for, pod, running
 
 from nri_pinner.engine.cpuset import CPUSet
@@ -103,7 +104,33 @@ async def test_a_pass_closes_the_cgroup_files_of_containers_that_went_away(workd
         await r.conn.stop_container(api.StopContainerRequest(pod=GPOD, container=G))
         assert await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
         assert held(root, B) == (online, "0,1") and len(writer.files) == 1  # LATE's file closed
+        health = r.svc.document()["health"]
+        # B and LATE narrowed for G, B widened after G's stop (a built tree has no load-balance flag)
+        assert health["cgroup_writes"] == {"containers": 3, "writes": 3, "nested": 0, "failed": 0,
+                                           "balance_cleared": 0, "open_files": 1}
+        scraped = generate_latest(r.svc.metrics.registry).decode()
+        assert 'nri_pinner_cgroup_writes_total{kind="containers"} 3.0' in scraped
+        assert 'nri_pinner_cgroup_writes_total{kind="failed"} 0.0' in scraped
     assert len(writer.files) == 0  # and every file at shutdown
+
+
+async def test_a_start_waits_for_the_pass_after_its_own_create_not_for_later_changes(workdir: Path) -> None:
+    """A Burstable create between the Guaranteed create and its start changes no started cgroup:
+    the start must not run (or wait for) a pass of its own."""
+    settings = make_settings(workdir)
+    root = Path(settings.reconcile.cgroup_root)
+    async with running(settings) as r:
+        online = r.topology.online
+        await start_shared(r, root)
+        reply = await r.conn.create_container(create(GPOD, G))
+        assert reply is not None
+        pool = online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        syncer = r.svc.plugin.syncer
+        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        passes = syncer.passes
+        await r.conn.create_container(create(BPOD, LATE))  # a newer generation; nothing started changes
+        await r.conn.state_change(api.START_CONTAINER, GPOD, G)
+        assert syncer.passes == passes and held(root, B)[0] == pool
 
 
 async def test_every_update_is_answered_with_the_current_cpuset(workdir: Path) -> None:
