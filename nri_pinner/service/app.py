@@ -8,6 +8,7 @@ import os
 import sys
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -90,7 +91,7 @@ class Service:
         self.metrics.watch(self.stub, self.tracker, writer.stats if writer is not None else None)
         self.listener: Listener | None = None
 
-    def document(self) -> dict[str, object]:
+    def document(self) -> dict[str, Any]:
         doc = status_document(self.tracker, self.stub, self.reconciler.repairs,
                               self.nics.snapshot() if self.nics is not None else None,
                               self.podresources.summary() if self.podresources is not None else None)
