@@ -17,7 +17,7 @@ stop and remove vs no plugin and vs pin_fixed, n >= 100 per condition) is the sa
 
     .venv/bin/python benchmarks/bench_e2e_pool.py [--runtime 1.7|2.1|both] [--shared 0 10 30 60 100]
         [--samples 24] [--block 4] [--during 5]
-    .venv/bin/python benchmarks/bench_e2e_pool.py --runtime both --shared 100 --samples 100 --block 5
+    .venv/bin/python benchmarks/bench_e2e_pool.py --runtime both --shared 100 --samples 300 --block 5
 """
 
 from __future__ import annotations
