@@ -49,6 +49,16 @@ async def start_shared(r: Running, root: Path) -> None:
     await r.conn.state_change(api.START_CONTAINER, BPOD, B)
 
 
+async def shrunk_for_g(r: Running, root: Path) -> tuple[CPUSet, cgroup_sync.CgroupSyncer]:
+    """B started, G created, and the syncer's pass for G done: (the shared pool now, the syncer)."""
+    await start_shared(r, root)
+    reply = await r.conn.create_container(create(GPOD, G))
+    assert reply is not None
+    syncer = r.svc.plugin.syncer
+    assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+    return r.topology.online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus), syncer
+
+
 def resize(c: api.Container, p: api.PodSandbox, shares: int, cpus: str) -> api.UpdateContainerRequest:
     """A kubelet resize as containerd relays it: its merged spec, which keeps the create's cpuset."""
     req = api.UpdateContainerRequest(pod=p, container=c)
@@ -120,13 +130,7 @@ async def test_a_start_waits_for_the_pass_after_its_own_create_not_for_later_cha
     settings = make_settings(workdir)
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
-        online = r.topology.online
-        await start_shared(r, root)
-        reply = await r.conn.create_container(create(GPOD, G))
-        assert reply is not None
-        pool = online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
-        syncer = r.svc.plugin.syncer
-        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        pool, syncer = await shrunk_for_g(r, root)
         passes = syncer.passes
         await r.conn.create_container(create(BPOD, LATE))  # a newer generation; nothing started changes
         await r.conn.state_change(api.START_CONTAINER, GPOD, G)
@@ -199,12 +203,7 @@ async def test_drift_repair_writes_the_cgroup_and_rechecks_what_is_desired(workd
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
         online = r.topology.online
-        await start_shared(r, root)
-        reply = await r.conn.create_container(create(GPOD, G))
-        assert reply is not None
-        pool = online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
-        syncer = r.svc.plugin.syncer
-        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        pool, syncer = await shrunk_for_g(r, root)
         (cgroup_dir(root, B) / "cpuset.cpus").write_text(f"{online}\n")  # someone widened B
 
         [drift] = await asyncio.to_thread(r.svc.reconciler.find_drift)
