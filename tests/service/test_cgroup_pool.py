@@ -143,10 +143,7 @@ async def test_every_update_is_answered_with_the_current_cpuset(workdir: Path) -
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
         online = r.topology.online
-        await start_shared(r, root)
-        reply = await r.conn.create_container(create(GPOD, G))
-        assert reply is not None
-        pool = online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        pool, _ = await shrunk_for_g(r, root)
         current = {B.id: (str(pool), mems_for(r.topology, pool))}
 
         # kubelet resize: shares set; containerd's stored spec still has the create's cpuset;
