@@ -124,7 +124,8 @@ async def test_a_pass_closes_the_cgroup_files_of_containers_that_went_away(workd
     assert len(writer.files) == 0  # and every file at shutdown
 
 
-async def test_a_start_waits_for_the_pass_after_its_own_create_not_for_later_changes(workdir: Path) -> None:
+async def test_a_start_waits_for_the_pass_after_its_own_create_not_for_later_changes(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Burstable create between the Guaranteed create and its start changes no started cgroup:
     the start must not run (or wait for) a pass of its own."""
     settings = make_settings(workdir)
@@ -132,6 +133,8 @@ async def test_a_start_waits_for_the_pass_after_its_own_create_not_for_later_cha
     async with running(settings) as r:
         pool, syncer = await shrunk_for_g(r, root)
         passes = syncer.passes
+        # the syncer now holds every pass back; only a waiting StartContainer would run one itself
+        monkeypatch.setattr(cgroup_sync, "SETTLE_SECONDS", 60.0)
         await r.conn.create_container(create(BPOD, LATE))  # a newer generation; nothing started changes
         await r.conn.state_change(api.START_CONTAINER, GPOD, G)
         assert syncer.passes == passes and held(root, B)[0] == pool
