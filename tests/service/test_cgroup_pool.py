@@ -18,6 +18,7 @@ from svc_harness import Running, container, cpuset_updates, create, make_setting
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.service import cgroup_sync, cgroup_writer
+from nri_pinner.service.app import Service
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 B, LATE = container(BPOD, "app", 100), container(BPOD, "late", 100)
@@ -49,14 +50,19 @@ async def start_shared(r: Running, root: Path) -> None:
     await r.conn.state_change(api.START_CONTAINER, BPOD, B)
 
 
+async def written(svc: Service) -> cgroup_sync.CgroupSyncer:
+    """The syncer, once a pass begun at the newest change has finished (asserted, within 5 s)."""
+    syncer = svc.plugin.syncer
+    assert syncer is not None and await asyncio.to_thread(syncer.wait, svc.tracker.generation, 5)
+    return syncer
+
+
 async def shrunk_for_g(r: Running, root: Path) -> tuple[CPUSet, cgroup_sync.CgroupSyncer]:
     """B started, G created, and the syncer's pass for G done: (the shared pool now, the syncer)."""
     await start_shared(r, root)
     reply = await r.conn.create_container(create(GPOD, G))
     assert reply is not None
-    syncer = r.svc.plugin.syncer
-    assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
-    return r.topology.online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus), syncer
+    return r.topology.online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus), await written(r.svc)
 
 
 def resize(c: api.Container, p: api.PodSandbox, shares: int, cpus: str) -> api.UpdateContainerRequest:
@@ -87,12 +93,12 @@ async def test_a_guaranteed_create_shrinks_started_containers_in_their_cgroups(w
         assert cpuset_updates(reply.update) == {LATE.id: (str(pool), mems_for(r.topology, pool))}
         await r.conn.state_change(api.START_CONTAINER, GPOD, G)
         assert held(root, B) == (pool, mems_for(r.topology, pool))
-        syncer, writer = r.svc.plugin.syncer, r.svc.plugin.writer
-        assert syncer is not None and writer is not None and writer.counts.containers == 1
+        writer = r.svc.plugin.writer
+        assert writer is not None and writer.counts.containers == 1
 
         stopped = await r.conn.stop_container(api.StopContainerRequest(pod=GPOD, container=G))
         assert stopped is not None and cpuset_updates(stopped.update) == {LATE.id: (str(online), "0,1")}
-        assert await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        await written(r.svc)
         assert held(root, B) == (online, "0,1")  # widened again, after the stop's reply
 
 
@@ -107,12 +113,12 @@ async def test_a_pass_closes_the_cgroup_files_of_containers_that_went_away(workd
         await r.conn.state_change(api.START_CONTAINER, BPOD, LATE)
         await r.conn.create_container(create(GPOD, G))
         await r.conn.state_change(api.START_CONTAINER, GPOD, G)  # the pass narrowed B and LATE
-        syncer, writer = r.svc.plugin.syncer, r.svc.plugin.writer
-        assert syncer is not None and writer is not None and len(writer.files) == 2
+        writer = r.svc.plugin.writer
+        assert writer is not None and len(writer.files) == 2
         await r.conn.stop_container(api.StopContainerRequest(pod=BPOD, container=LATE))
         await r.conn.state_change(api.REMOVE_CONTAINER, BPOD, LATE)
         await r.conn.stop_container(api.StopContainerRequest(pod=GPOD, container=G))
-        assert await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        await written(r.svc)
         assert held(root, B) == (online, "0,1") and len(writer.files) == 1  # LATE's file closed
         health = r.svc.document()["health"]
         # B and LATE narrowed for G, B widened after G's stop (a built tree has no load-balance flag)
@@ -203,7 +209,7 @@ async def test_drift_repair_writes_the_cgroup_and_rechecks_what_is_desired(workd
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
         online = r.topology.online
-        pool, syncer = await shrunk_for_g(r, root)
+        pool, _ = await shrunk_for_g(r, root)
         (cgroup_dir(root, B) / "cpuset.cpus").write_text(f"{online}\n")  # someone widened B
 
         [drift] = await asyncio.to_thread(r.svc.reconciler.find_drift)
@@ -212,7 +218,7 @@ async def test_drift_repair_writes_the_cgroup_and_rechecks_what_is_desired(workd
         reply = await r.conn.create_container(create(GPOD, G2))
         assert reply is not None
         pool -= CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
-        assert await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        await written(r.svc)
         assert await r.svc.reconciler._repair(drift) == "cgroup"
         assert held(root, B)[0] == pool  # the set desired now, not the one find_drift saw
         assert r.conn.updates == []
@@ -245,6 +251,17 @@ async def test_create_does_not_wait_for_the_writes_but_the_exclusive_start_does(
         assert held(root, B)[0] == pool
 
 
+async def g_started_in_time(r: Running, root: Path) -> None:
+    """B started, G created and started: when G's start returns B no longer holds G's CPUs, and the
+    start did not overrun its wait."""
+    await start_shared(r, root)
+    reply = await r.conn.create_container(create(GPOD, G))
+    assert reply is not None
+    await r.conn.state_change(api.START_CONTAINER, GPOD, G)
+    assert held(root, B)[0] == r.topology.online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+    assert r.svc.metrics.late_replies.labels("StartContainer")._value.get() == 0
+
+
 async def test_a_waiting_start_does_not_wait_out_the_syncers_settling(
         workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The syncer settles after a kick so the runtime's own work goes first; an exclusive start that
@@ -253,13 +270,7 @@ async def test_a_waiting_start_does_not_wait_out_the_syncers_settling(
     settings = make_settings(workdir)
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
-        online = r.topology.online
-        await start_shared(r, root)
-        reply = await r.conn.create_container(create(GPOD, G))
-        assert reply is not None
-        await r.conn.state_change(api.START_CONTAINER, GPOD, G)
-        assert held(root, B)[0] == online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
-        assert r.svc.metrics.late_replies.labels("StartContainer")._value.get() == 0
+        await g_started_in_time(r, root)
 
 
 async def test_a_waiting_start_runs_the_pass_itself_when_the_syncer_gets_no_cpu(
@@ -272,13 +283,7 @@ async def test_a_waiting_start_runs_the_pass_itself_when_the_syncer_gets_no_cpu(
     root = Path(settings.reconcile.cgroup_root)
     try:
         async with running(settings) as r:
-            online = r.topology.online
-            await start_shared(r, root)
-            reply = await r.conn.create_container(create(GPOD, G))
-            assert reply is not None
-            await r.conn.state_change(api.START_CONTAINER, GPOD, G)
-            assert held(root, B)[0] == online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
-            assert r.svc.metrics.late_replies.labels("StartContainer")._value.get() == 0
+            await g_started_in_time(r, root)
             stalled.set()  # before the service closes, which joins the syncer
     finally:
         stalled.set()
@@ -299,13 +304,11 @@ async def test_a_pool_that_only_grows_waits_longer_and_a_start_still_cuts_it_sho
         exclusive = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
         start(root, G, str(exclusive), "0")
         await r.conn.state_change(api.START_CONTAINER, GPOD, G)
-        syncer = r.svc.plugin.syncer
-        assert syncer is not None
-        await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5.0)  # the shrink's pass is done
+        await written(r.svc)  # the shrink's pass is done
         assert held(root, B)[0] == online - exclusive
 
         await r.conn.stop_container(api.StopContainerRequest(pod=GPOD, container=G))
         await asyncio.sleep(0.3)
         assert held(root, B)[0] == online - exclusive  # the widen is still settling
-        assert await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5.0)
+        await written(r.svc)
         assert held(root, B)[0] == online  # a waiter ends the settling at once

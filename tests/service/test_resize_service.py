@@ -30,7 +30,7 @@ from svc_harness import (
     pod,
     running,
 )
-from test_cgroup_pool import cgroup_dir, held, start
+from test_cgroup_pool import cgroup_dir, held, start, written
 
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.cpuset import CPUSet
@@ -118,8 +118,7 @@ async def test_shared_to_exclusive_and_back_narrows_the_neighbours_first(
         writes.clear()
         reply = await r.conn.update_container(resize(F, GPOD, 500))  # back to fractional
         assert reply is not None and cpuset_updates(reply.update)[F.id][0] == str(online)
-        syncer = r.svc.plugin.syncer
-        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        await written(r.svc)
         assert held(root, B)[0] == online and held(root, F)[0] == online
         assert assignments(r.svc)[F.id]["resize"]["released"] == str(mine)
         assert count(r.svc, "to-shared") == 1
@@ -133,8 +132,7 @@ async def test_grow_keeps_every_cpu_and_shrink_narrows_the_container_before_the_
         online = r.topology.online
         await started(r, root, BPOD, B)
         baseline = await started(r, root, GPOD, G)
-        syncer = r.svc.plugin.syncer
-        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        await written(r.svc)
         writes.clear()
 
         reply = await r.conn.update_container(resize(G, GPOD, 4000))
@@ -148,7 +146,7 @@ async def test_grow_keeps_every_cpu_and_shrink_narrows_the_container_before_the_
         writes.clear()
         reply = await r.conn.update_container(resize(G, GPOD, 2000))
         assert reply is not None and cpuset_updates(reply.update)[G.id][0] == str(baseline)
-        assert await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        await written(r.svc)
         assert writes == [(G.id, str(baseline)), (B.id, str(online - baseline))]  # the container narrowed first
         assert count(r.svc, "grow") == 1 and count(r.svc, "shrink") == 1
 
@@ -162,8 +160,7 @@ async def test_a_refused_resize_fails_the_update_and_keeps_everything(
         online = r.topology.online
         await started(r, root, BPOD, B)
         mine = await started(r, root, GPOD, G)
-        syncer = r.svc.plugin.syncer
-        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        await written(r.svc)
         writes.clear()
         with pytest.raises(TtrpcStatusError, match=rf"resize of 'app' to {milli}m/{milli}m refused: {reason}"):
             await r.conn.update_container(resize(G, GPOD, milli))
@@ -294,8 +291,7 @@ async def test_an_update_over_budget_gets_the_current_cpuset_and_the_late_resize
             while len(CPUSet.parse(assignments(r.svc)[G.id]["cpus"])) != 4:
                 await asyncio.sleep(0.01)
         grown = CPUSet.parse(assignments(r.svc)[G.id]["cpus"])
-        syncer = r.svc.plugin.syncer
-        assert syncer is not None and await asyncio.to_thread(syncer.wait, r.svc.tracker.generation, 5)
+        await written(r.svc)
         assert held(root, G)[0] == grown and held(root, B)[0] == online - grown
 
 

@@ -16,23 +16,17 @@ from typing import Any
 
 import pytest
 from svc_harness import assignments, checkpoint_entries, container, cpuset_updates, make_settings, pod, running
-from test_cgroup_pool import held
+from test_cgroup_pool import held, written
 from test_resize_service import BPOD, GPOD, count, resize, started
 
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import TtrpcStatusError
-from nri_pinner.service.app import Service
 from nri_pinner.service.rebuild import rebuild
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9
 
 B = container(BPOD, "app", 100)
 G = container(GPOD, "app", 2000, 2000)
-
-
-async def settle(svc: Service) -> None:
-    syncer = svc.plugin.syncer
-    assert syncer is not None and await asyncio.to_thread(syncer.wait, svc.tracker.generation, 5)
 
 
 async def first_run(workdir: Path, grow: bool = False) -> tuple[CPUSet, CPUSet, CPUSet]:
@@ -48,7 +42,7 @@ async def first_run(workdir: Path, grow: bool = False) -> tuple[CPUSet, CPUSet, 
             reply = await r.conn.update_container(resize(G, GPOD, 4000))
             assert reply is not None
             current = CPUSet.parse(cpuset_updates(reply.update)[G.id][0])
-        await settle(r.svc)
+        await written(r.svc)
         assert held(root, B)[0] == online - current
     return online, baseline, current
 
