@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from .harness import PrivateContainerd
 from .plugins import PluginProcess
@@ -79,6 +82,31 @@ def start_pinner(runtime: PrivateContainerd, workdir: Path | None = None, *, tes
             raise RuntimeError(f"no inspection socket:\n{process.log_text()[-3000:]}")
         time.sleep(0.05)
     return pinner
+
+
+@contextlib.contextmanager
+def preinstalled(runtime: PrivateContainerd, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pinner]:
+    """nri-pinner installed into the private containerd's plugin_path (`nri-pinner install`) and
+    launched by containerd on a restart; afterwards uninstalled, and containerd restarted (it kills
+    its pre-installed plugins when it stops)."""
+    from nri_pinner.install import install
+
+    state = Path(tempfile.mkdtemp(prefix="pinner-pre-", dir="/tmp"))
+    config = state / "config.toml"
+    config.write_text(config_text(runtime, state, log={"file": str(state / "nri-pinner.log")}))
+    # Every host path install touches (marker, unit checks, the plugin dir) goes under the install root:
+    # the private containerd's workdir, whose nri/plugins is the plugin_path containerd launches from.
+    monkeypatch.setenv("NRI_PINNER_INSTALL_ROOT", str(runtime.workdir))
+    plugin_dir = "/" + str(runtime.paths.nri_plugin_dir.relative_to(runtime.workdir))
+    assert install(plugin_dir, "90", str(config), python=sys.executable) == 0
+    try:
+        since = runtime.log_offset()
+        runtime.restart()
+        runtime.wait_plugin_active(PLUGIN_NAME, since=since, timeout=30)
+        yield Pinner(runtime, None, config, state / "inspect.sock", state / "checkpoint.json")  # type: ignore[arg-type]
+    finally:
+        assert install(plugin_dir, "90", str(config), uninstall=True) == 0
+        runtime.restart()
 
 
 def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.1) -> bool:

@@ -6,11 +6,8 @@ This VM has 2 CPUs, so the scenario reserves CPU 0 and hands out one exclusive C
 from __future__ import annotations
 
 import os
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -167,32 +164,16 @@ def test_container_exit_releases_its_cpus(containerd: PrivateContainerd) -> None
 
 def test_preinstalled_nri_pinner_launched_by_containerd(containerd: PrivateContainerd,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from nri_pinner.install import install
+    from .pinner import preinstalled
 
-    from .pinner import PLUGIN_NAME, Pinner, config_text
-
-    state = Path(tempfile.mkdtemp(prefix="pinner-pre-", dir="/tmp"))
-    config = state / "config.toml"
-    config.write_text(config_text(containerd, state, log={"file": str(state / "nri-pinner.log")}))
-    # Every host path install touches (marker, unit checks, the plugin dir) goes under the install root:
-    # the private containerd's workdir, whose nri/plugins is the plugin_path containerd launches from.
-    monkeypatch.setenv("NRI_PINNER_INSTALL_ROOT", str(containerd.workdir))
-    plugin_dir = "/" + str(containerd.paths.nri_plugin_dir.relative_to(containerd.workdir))
-    assert install(plugin_dir, "90", str(config), python=sys.executable) == 0
-    since = containerd.log_offset()
-    containerd.restart()
-    try:
-        containerd.wait_plugin_active(PLUGIN_NAME, since=since, timeout=30)
+    with preinstalled(containerd, monkeypatch) as pinner:
         burst = containerd.run_pod("burstable", 250, 500)
         guar = containerd.run_pod("guaranteed", 1000, 1000)
         (b,), (g,) = burst.container_ids, guar.container_ids
         assert _cpus(containerd, g) == ("1", "1") and _cpus(containerd, b) == ("0", "0")
-        status = Pinner(containerd, None, config, state / "inspect.sock", state / "checkpoint.json").status()  # type: ignore[arg-type]
+        status = pinner.status()
         assert status["health"]["mode"] == "pre-installed"
         print(f"\ncontainerd {containerd.version}: pre-installed nri-pinner launched by containerd pins "
               f"{guar.name} on {status['pools']['exclusive']}")
         containerd.remove_pod(guar)
         containerd.remove_pod(burst)
-    finally:
-        assert install(plugin_dir, "90", str(config), uninstall=True) == 0
-        containerd.restart()  # containerd kills its pre-installed plugins when it stops

@@ -138,24 +138,9 @@ def test_update_of_a_container_the_restarted_plugin_never_synchronized(container
     pre-installed plugin; 2.1 does). The kubelet then resizes the burstable pod: containerd's stored
     spec still has its create-time cpuset (0-1, from before the Guaranteed pod took CPU 1), which
     runc applies unless the plugin's reply carries the shared pool. The plugin adopts it."""
-    import sys
-    import tempfile
+    from .pinner import PLUGIN_NAME, preinstalled, wait_for
 
-    from nri_pinner.install import install
-
-    from .pinner import PLUGIN_NAME, Pinner, config_text, wait_for
-
-    state = Path(tempfile.mkdtemp(prefix="pinner-pre-", dir="/tmp"))
-    config = state / "config.toml"
-    config.write_text(config_text(containerd, state, log={"file": str(state / "nri-pinner.log")}))
-    monkeypatch.setenv("NRI_PINNER_INSTALL_ROOT", str(containerd.workdir))
-    plugin_dir = "/" + str(containerd.paths.nri_plugin_dir.relative_to(containerd.workdir))
-    assert install(plugin_dir, "90", str(config), python=sys.executable) == 0
-    pinner = Pinner(containerd, None, config, state / "inspect.sock", state / "checkpoint.json")  # type: ignore[arg-type]
-    try:
-        since = containerd.log_offset()
-        containerd.restart()
-        containerd.wait_plugin_active(PLUGIN_NAME, since=since, timeout=30)
+    with preinstalled(containerd, monkeypatch) as pinner:
         burst = containerd.run_pod("burstable", 250, 500)  # created first: on 0-1
         guar = containerd.run_pod("guaranteed", 1000, 1000)
         (b,), (g,) = burst.container_ids, guar.container_ids
@@ -172,6 +157,3 @@ def test_update_of_a_container_the_restarted_plugin_never_synchronized(container
         assert doc["exclusive"] is False
         containerd.remove_pod(guar)
         containerd.remove_pod(burst)
-    finally:
-        assert install(plugin_dir, "90", str(config), uninstall=True) == 0
-        containerd.restart()  # containerd kills its pre-installed plugins when it stops
