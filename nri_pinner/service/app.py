@@ -88,16 +88,15 @@ class Service:
         self.reconciler = Reconciler(settings, self.tracker, self.stub, self.metrics, cri, self.plugin.writer,
                                      self.plugin.syncer)
         writer = self.plugin.writer
-        self.metrics.watch(self.stub, self.tracker, writer.stats if writer is not None else None)
+        self.metrics.watch(self.stub, self.tracker, writer.counts if writer is not None else None)
         self.listener: Listener | None = None
 
     def document(self) -> dict[str, Any]:
-        doc = status_document(self.tracker, self.stub, self.reconciler.repairs,
-                              self.nics.snapshot() if self.nics is not None else None,
-                              self.podresources.summary() if self.podresources is not None else None)
         writer = self.plugin.writer
-        doc["health"]["cgroup_writes"] = writer.stats() if writer is not None else None  # None: writes off
-        return doc
+        return status_document(self.tracker, self.stub, self.reconciler.repairs,
+                               self.nics.snapshot() if self.nics is not None else None,
+                               self.podresources.summary() if self.podresources is not None else None,
+                               writer.stats() if writer is not None else None)
 
     async def run(self) -> int:
         server = await start_server(self.settings.inspect.socket, self.document)

@@ -23,7 +23,8 @@ SERVICE = "nri_pinner.inspect.v1.Inspect"
 
 def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int = 0,
                     nics: list[dict[str, Any]] | None = None,
-                    podresources: dict[str, Any] | None = None) -> dict[str, Any]:
+                    podresources: dict[str, Any] | None = None,
+                    cgroup_writes: dict[str, int] | None = None) -> dict[str, Any]:
     """Built from the newest published view: no lock, so a status query never waits on a handler."""
     view = tracker.view()
     engine, state, shared = view.engine, view.state, view.shared_pool
@@ -58,6 +59,7 @@ def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int 
     health: dict[str, Any] = stub.status() if stub is not None else {"connected": False}
     health["reconcile_repairs"] = reconcile_repairs
     health["state_generation"] = view.generation
+    health["cgroup_writes"] = cgroup_writes  # the cgroup writer's counters; None: writes off
     health["version"] = __version__
     doc: dict[str, Any] = {
         "assignments": assignments, "pools": pools, "topology": topo.to_json(), "decisions": decisions,

@@ -8,7 +8,8 @@ no lock taken: a scrape never delays an NRI reply).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
@@ -16,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from .cgroup_writer import WriteCounts
     from .tracker import Tracker
 
 # Rejection reasons and the part of the engine (the "provider") that raises each: the CPU manager's
@@ -112,7 +114,7 @@ class Metrics:
         self.runtime = RuntimeInfo()
         self.stub: ConnectionView | None = None
         self.tracker: Tracker | None = None
-        self.cgroup_writes: Callable[[], dict[str, int]] | None = None  # the writer's counters, read at scrape
+        self.cgroup_writes: WriteCounts | None = None  # the writer's counters (updated in place), read at scrape
         r.register(_LiveCollector(self))
 
     def count_providers(self, decision: Any) -> None:
@@ -124,8 +126,7 @@ class Metrics:
             for name in {b.split("[")[0] for b in decision.blamed}:
                 self.provider_rejections.labels(name).inc()
 
-    def watch(self, stub: ConnectionView, tracker: Tracker,
-              cgroup_writes: Callable[[], dict[str, int]] | None = None) -> None:
+    def watch(self, stub: ConnectionView, tracker: Tracker, cgroup_writes: WriteCounts | None = None) -> None:
         """Where connection state, pools and the cgroup writer's counters are read from at scrape time."""
         self.stub, self.tracker, self.cgroup_writes = stub, tracker, cgroup_writes
 
@@ -183,7 +184,6 @@ class _LiveCollector(Collector):
                                      "cpusets, containers left to the NRI update, v1 load-balance flags "
                                      "cleared", labels=["kind"])
         if m.cgroup_writes is not None:
-            for kind, value in m.cgroup_writes().items():
-                if kind != "open_files":
-                    writes.add_metric([kind], value)
+            for kind, value in asdict(m.cgroup_writes).items():
+                writes.add_metric([kind], value)
         yield writes

@@ -59,7 +59,7 @@ class PinnerPlugin:
         self.checkpoints = CheckpointWriter(settings.state.checkpoint)
         rec = settings.reconcile
         self.writer = CpusetWriter(rec.cgroup_root, rec.cgroup_v1_skip_rebuilds) if rec.cgroup_writes else None
-        why = unwritable(settings.reconcile.cgroup_root) if self.writer is not None else ""
+        why = unwritable(rec.cgroup_root) if self.writer is not None else ""
         if why:
             log.warning("cgroup writes off: pool changes travel as NRI updates in the replies", reason=why)
             self.writer = None
