@@ -94,6 +94,8 @@ class ReconcileSettings:
     cgroup_root: str = "/sys/fs/cgroup"
     cgroup_writes: bool = True  # pool changes written to cgroups directly; false = NRI updates only
     cgroup_v1_skip_rebuilds: bool = True  # v1: clear written containers' cpuset.sched_load_balance
+    systemd_bus: str = "/run/systemd/private"  # systemd scopes told their written cpusets; "" = off
+    systemd_timeout_seconds: float = 0.5  # one pass's wait for systemd's answers
 
 
 @dataclass(frozen=True)
@@ -345,6 +347,10 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
         cgroup_root=r.get("cgroup_root", str, rd.cgroup_root),
         cgroup_writes=r.get("cgroup_writes", bool, rd.cgroup_writes),
         cgroup_v1_skip_rebuilds=r.get("cgroup_v1_skip_rebuilds", bool, rd.cgroup_v1_skip_rebuilds),
+        systemd_bus=r.get("systemd_bus", str, rd.systemd_bus,
+                          lambda v: None if v == "" or v.startswith("/") else 'must be a socket path or ""'),
+        systemd_timeout_seconds=r.get("systemd_timeout_seconds", float, rd.systemd_timeout_seconds,
+                                      lambda v: None if 0.01 <= v <= 10 else "must be between 0.01 and 10"),
     )
     r.done()
 

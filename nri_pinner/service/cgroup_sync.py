@@ -180,14 +180,22 @@ class CgroupSyncer:
         done: list[tuple[Tracked, CPUSet, str, bool]] = []
         # narrowing writes first, the shared pool's before the others (a resize: README "Resize")
         work.sort(key=lambda w: (widens_only(w[1], w[3]), w[1] != pool))
+        # systemd first (its scopes then hold the new sets, and it writes them itself), the direct
+        # writes after: a re-application in between writes the new set, never a stale one
+        untold = self.writer.tell_systemd((t.cgroups_path, cpus, mems) for t, cpus, mems, _ in work)
         for t, cpus, mems, known in work:
             try:
                 self.writer.apply(t.cgroups_path, cpus, mems, known)
-                done.append((t, cpus, mems, True))
             except CgroupError as exc:
                 log.info("cgroup write failed; the next reply carries the NRI update", container=t.key[1],
                          error=str(exc))
                 done.append((t, cpus, mems, False))
+                continue
+            why = untold.get(t.cgroups_path)
+            if why is not None:  # written, but systemd would put the old set back: runc tells it
+                log.info("systemd scope not updated; the next reply carries the NRI update", container=t.key[1],
+                         error=why)
+            done.append((t, cpus, mems, why is None))
         with tr.lock:
             for t, cpus, mems, ok in done:
                 if not ok:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ..engine.cpuset import CPUSet, CPUSetError
 from .cgroups import CgroupError, cpuset_dir, relative_cgroup_path
+from .systemd_units import SystemdUnits, scope_unit
 
 CPUS, MEMS, BALANCE = "cpuset.cpus", "cpuset.mems", "cpuset.sched_load_balance"
 
@@ -42,6 +43,8 @@ class WriteCounts:
     nested: int = 0  # containers that had nested cpuset cgroups (narrowed first)
     failed: int = 0  # containers left to the NRI update
     balance_cleared: int = 0  # v1 containers whose cpuset.sched_load_balance was cleared
+    unit_calls: int = 0  # systemd scopes told the cpuset written (SetUnitProperties answered)
+    unit_failed: int = 0  # ... refused, unanswered or the bus down: left to the NRI update
 
 
 def _read_text(path: str) -> str:
@@ -145,15 +148,24 @@ def _nested(top: str) -> list[str]:
 def unwritable(cgroup_root: str | Path) -> str:
     """Why cpusets under `cgroup_root` cannot be written ("" = they can, or the tree is not there yet):
     a read-only mount (systemd `ProtectControlGroups=yes`, a read-only volume) fails every write, so
-    the service then keeps every pool change in its replies instead."""
+    the service then keeps every pool change in its replies instead.
+
+    Asked by opening the top cgroup's `cgroup.procs` for writing (nothing is written), as a write
+    would: `access(W_OK)` answers EACCES for root with an empty capability bounding set (the
+    packaged unit) while the open succeeds — it judged the real sandbox wrongly."""
     base = cpuset_dir(cgroup_root, "")
     try:
         if os.statvfs(base).f_flag & os.ST_RDONLY:
             return f"{base} is mounted read-only"
     except OSError:
         return ""
-    if not os.access(base, os.W_OK):
-        return f"{base} is not writable by this process"
+    probe = base / "cgroup.procs"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CLOEXEC))
+    except FileNotFoundError:
+        return ""  # not a cgroup tree (yet): try, fall back per container
+    except OSError as exc:
+        return f"{probe} cannot be opened for writing by this process: {exc.strerror or exc}"
     return ""
 
 
@@ -162,8 +174,10 @@ class CpusetWriter:
     (a read of each first when the caller does not know what the cgroup holds), through descriptors
     kept open (`OpenFiles`); see bench_cgroup_write.py."""
 
-    def __init__(self, cgroup_root: str | Path, skip_v1_rebuilds: bool = True) -> None:
+    def __init__(self, cgroup_root: str | Path, skip_v1_rebuilds: bool = True,
+                 units: SystemdUnits | None = None) -> None:
         self.root = Path(cgroup_root)
+        self.units = units  # systemd, told what is written into scopes (systemd driver)
         self.counts = WriteCounts()
         self.files = OpenFiles(open_files_limit())
         self.skip_v1_rebuilds = skip_v1_rebuilds
@@ -307,6 +321,25 @@ class CpusetWriter:
         except CgroupError:
             pass
 
+    def tell_systemd(self, items: Iterable[tuple[str, CPUSet, str]]) -> dict[str, str]:
+        """Before writing: have systemd hold (cgroups path, cpus, mems) for each container that runs in
+        a systemd scope, so its re-applications write the same (systemd_units.py). Returns
+        {cgroups path: why} for those it could not confirm; containers outside systemd units are
+        not asked about. All calls of one pass go out together."""
+        if self.units is None:
+            return {}
+        by_unit: dict[str, str] = {}
+        calls: list[tuple[str, CPUSet, CPUSet | None]] = []
+        for path, cpus, mems in items:
+            unit = scope_unit(path)
+            if unit is not None:
+                by_unit[unit] = path
+                calls.append((unit, cpus, self._mems(mems) if mems else None))
+        failed = self.units.agree(calls)
+        self.counts.unit_failed += len(failed)
+        self.counts.unit_calls += len(calls) - len(failed)
+        return {by_unit[unit]: why for unit, why in failed.items()}
+
     def stats(self) -> dict[str, int]:
         """The counters and the descriptors open now (status document, metrics)."""
         return {**asdict(self.counts), "open_files": len(self.files)}
@@ -319,3 +352,5 @@ class CpusetWriter:
 
     def close(self) -> None:
         self.files.close()
+        if self.units is not None:
+            self.units.close()

@@ -34,6 +34,7 @@ from .metrics import Metrics
 from .netns import NicLookup
 from .rebuild import checkpoint_entries, note_unreadable, rebuild, repin_waiting
 from .resize import Resizer
+from .systemd_units import SystemdUnits
 from .tracker import Containers, Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")
@@ -58,7 +59,8 @@ class PinnerPlugin:
         self.intake = Intake(settings)  # device and memory requests for those providers
         self.checkpoints = CheckpointWriter(settings.state.checkpoint)
         rec = settings.reconcile
-        self.writer = CpusetWriter(rec.cgroup_root, rec.cgroup_v1_skip_rebuilds) if rec.cgroup_writes else None
+        units = SystemdUnits(rec.systemd_bus, rec.systemd_timeout_seconds) if rec.systemd_bus else None
+        self.writer = CpusetWriter(rec.cgroup_root, rec.cgroup_v1_skip_rebuilds, units) if rec.cgroup_writes else None
         why = unwritable(rec.cgroup_root) if self.writer is not None else ""
         if why:
             log.warning("cgroup writes off: pool changes travel as NRI updates in the replies", reason=why)

@@ -134,10 +134,15 @@ class Reconciler:
             if now is None or writer is None:
                 return now, False
             t = self.tracker.containers[d.container_id]
+            untold = writer.tell_systemd([(t.cgroups_path, now.desired, now.mems)])
             try:
                 writer.apply(t.cgroups_path, now.desired, now.mems)
             except CgroupError as exc:
                 log.info("cgroup repair failed; using the runtime", container=d.name, error=str(exc))
+                return now, False
+            if untold:  # repaired, but systemd would undo it again: the runtime's update tells it
+                log.info("systemd scope not updated; using the runtime", container=d.name,
+                         error=untold[t.cgroups_path])
                 return now, False
             t.applied_cpus, t.applied_mems = now.desired, now.mems
             return now, True

@@ -123,7 +123,8 @@ async def test_a_pass_closes_the_cgroup_files_of_containers_that_went_away(workd
         health = r.svc.document()["health"]
         # B and LATE narrowed for G, B widened after G's stop (a built tree has no load-balance flag)
         assert health["cgroup_writes"] == {"containers": 3, "writes": 3, "nested": 0, "failed": 0,
-                                           "balance_cleared": 0, "open_files": 1}
+                                           "balance_cleared": 0, "unit_calls": 0, "unit_failed": 0,
+                                           "open_files": 1}
         scraped = generate_latest(r.svc.metrics.registry).decode()
         assert 'nri_pinner_cgroup_writes_total{kind="containers"} 3.0' in scraped
         assert 'nri_pinner_cgroup_writes_total{kind="failed"} 0.0' in scraped

@@ -1,0 +1,179 @@
+"""Tell systemd what a pool change wrote into a container scope, so its re-applications agree.
+
+Why: under the systemd cgroup driver every container runs in a transient scope
+(`cri-containerd-<id>.scope`) whose `AllowedCPUs` / `AllowedMemoryNodes` runc set from the create's
+cpuset. Whenever systemd re-applies that unit's cgroup settings (a sibling scope's
+SetUnitProperties — what runc does on every UpdateContainerResources —, set-property on the scope;
+docs/systemd-reapply.md) it writes those stale values back over a direct cgroup write, and a shared
+container is back on CPUs made exclusive since. Setting the scope's properties at runtime through
+`SetUnitProperties(name, runtime=true, …)`, as runc's systemd manager does on an update, makes
+systemd hold what we wrote: a re-application is then a no-op. systemd writes the cgroup itself.
+
+Cost: one D-Bus call per changed scope, all of a pass sent at once and their replies collected
+together (one round trip per pass, not per container). Default bus: systemd's private socket
+`/run/systemd/private` — a direct connection that needs no dbus-daemon and on which systemd grants
+root callers without polkit (the system bus socket works too: Hello is sent there).
+Failures (no socket, a refused or late call) are reported per unit; the caller then falls back
+as for a failed cgroup write (an NRI update in the next reply: runc sets the properties then).
+The bus code is sans-I/O where it can be (jeepney's message builder and parser); the socket is
+driven here with a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable, Sequence
+
+from jeepney import DBusAddress, HeaderFields, Message, MessageType, Parser, new_method_call
+from jeepney.io.blocking import prep_socket
+
+from ..engine.cpuset import CPUSet
+
+SYSTEMD = DBusAddress("/org/freedesktop/systemd1", bus_name="org.freedesktop.systemd1",
+                      interface="org.freedesktop.systemd1.Manager")
+BUS = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus", interface="org.freedesktop.DBus")
+RETRY_CONNECT_SECONDS = 10.0  # a missing bus is not asked again on every pass
+
+
+class BusError(OSError):
+    """The bus could not be reached or answered out of protocol."""
+
+
+def scope_unit(cgroups_path: str) -> str | None:
+    """The systemd unit a container runs in, from NRI's `linux.cgroups_path` in the systemd
+    driver's `<slice>:<prefix>:<name>` form (runc: `<prefix>-<name>.scope`); None for cgroupfs
+    paths, which no unit holds."""
+    if not cgroups_path or cgroups_path.startswith("/") or cgroups_path.count(":") != 2:
+        return None
+    _, prefix, name = cgroups_path.split(":")
+    if not name:
+        return None
+    return name if name.endswith(".slice") else (f"{prefix}-{name}.scope" if prefix else f"{name}.scope")
+
+
+def cpu_mask(cpus: Iterable[int]) -> bytes:
+    """A CPU (or NUMA node) set as systemd's D-Bus `ay` bitmask: bit i of byte j is number 8j+i
+    (systemd `cpu_set_from_dbus`; runc `RangeToBits` builds the same little-endian bytes)."""
+    ids = list(cpus)
+    mask = bytearray((max(ids) // 8 + 1) if ids else 0)
+    for i in ids:
+        mask[i // 8] |= 1 << (i % 8)
+    return bytes(mask)
+
+
+def set_properties_call(unit: str, cpus: CPUSet, mems: CPUSet | None) -> Message:
+    """`SetUnitProperties(unit, runtime=true, [AllowedCPUs, AllowedMemoryNodes])`; runtime: the
+    value lives until the scope goes (no drop-in written under /etc or /run/systemd/system.control)."""
+    props: list[tuple[str, tuple[str, bytes]]] = [("AllowedCPUs", ("ay", cpu_mask(cpus)))]
+    if mems is not None:
+        props.append(("AllowedMemoryNodes", ("ay", cpu_mask(mems))))
+    msg: Message = new_method_call(SYSTEMD, "SetUnitProperties", "sba(sv)", (unit, True, props))
+    return msg
+
+
+class SystemdUnits:
+    """One connection to systemd, used by one pass at a time (a lock; passes are already serial)."""
+
+    def __init__(self, socket_path: str = "/run/systemd/private", timeout: float = 0.5) -> None:
+        self.socket_path, self.timeout = socket_path, timeout
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._parser = Parser()
+        self._serial = 0
+        self._down_until = 0.0
+        self.last_error = ""
+
+    def agree(self, items: Sequence[tuple[str, CPUSet, CPUSet | None]]) -> dict[str, str]:
+        """Set each (unit, cpus, mems) at once; returns {unit: why} for those not confirmed.
+        Waits at most `timeout` for all replies together."""
+        if not items:
+            return {}
+        with self._lock:
+            try:
+                sock = self._connect()
+                pending = self._send(sock, items)
+                failed = self._collect(sock, pending)
+            except (OSError, ValueError) as exc:
+                self._drop(f"{type(exc).__name__}: {exc}")
+                failed = {unit: self.last_error for unit, _, _ in items}
+        return failed
+
+    def _connect(self) -> socket.socket:
+        if self._sock is not None:
+            return self._sock
+        if time.monotonic() < self._down_until:
+            raise BusError(f"systemd bus {self.socket_path} unavailable: {self.last_error}")
+        try:
+            sock: socket.socket = prep_socket(self.socket_path, timeout=self.timeout)
+        except (OSError, ValueError) as exc:
+            self._down_until = time.monotonic() + RETRY_CONNECT_SECONDS
+            raise BusError(f"cannot connect to {self.socket_path}: {exc}") from exc
+        self._sock, self._parser = sock, Parser()
+        if os.path.basename(self.socket_path) != "private":  # a message bus wants Hello first
+            serial = self._next_serial()
+            sock.settimeout(self.timeout)
+            sock.sendall(new_method_call(BUS, "Hello").serialise(serial=serial))
+            failed = self._collect(sock, {serial: "Hello"})
+            if failed:
+                raise BusError(f"Hello refused on {self.socket_path}: {failed['Hello']}")
+        return sock
+
+    def _next_serial(self) -> int:
+        self._serial = self._serial % 0x7FFFFFFF + 1
+        return self._serial
+
+    def _send(self, sock: socket.socket, items: Sequence[tuple[str, CPUSet, CPUSet | None]]) -> dict[int, str]:
+        pending: dict[int, str] = {}
+        chunks = []
+        for unit, cpus, mems in items:
+            serial = self._next_serial()
+            chunks.append(set_properties_call(unit, cpus, mems).serialise(serial=serial))
+            pending[serial] = unit
+        if chunks:
+            sock.settimeout(self.timeout)
+            sock.sendall(b"".join(chunks))
+        return pending
+
+    def _collect(self, sock: socket.socket, pending: dict[int, str]) -> dict[str, str]:
+        """Replies by serial until none is pending or the deadline; a reply to an earlier pass's
+        late call is skipped. The unanswered are failures (and a late answer is read and dropped
+        by the next pass)."""
+        failed: dict[str, str] = {}
+        deadline = time.monotonic() + self.timeout
+        while pending:
+            msg = self._parser.get_next_message()
+            if msg is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                sock.settimeout(left)
+                try:
+                    data = sock.recv(65536)
+                except TimeoutError:
+                    break
+                if not data:
+                    raise BusError(f"{self.socket_path} closed the connection")
+                self._parser.add_data(data)
+                continue
+            serial = msg.header.fields.get(HeaderFields.reply_serial)
+            unit = pending.pop(serial, None) if isinstance(serial, int) else None
+            if unit is not None and msg.header.message_type == MessageType.error:
+                name = msg.header.fields.get(HeaderFields.error_name, "error")
+                detail = msg.body[0] if msg.body and isinstance(msg.body[0], str) else ""
+                failed[unit] = f"{name}: {detail}".rstrip(": ")
+        for unit in pending.values():
+            failed[unit] = f"no answer from systemd within {self.timeout:g} s"
+        return failed
+
+    def _drop(self, why: str) -> None:
+        self.last_error = why
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop("closed")
