@@ -158,7 +158,8 @@ def test_sockets_are_mounted_read_only_and_only_owned_paths_are_writable() -> No
         return found
 
     # Sockets it connects to: their directories, read-only (connect() needs no write access to the mount).
-    for path, host in ((s.nri.socket, "/var/run/nri"), (s.reconcile.cri_socket, "/run/containerd")):
+    for path, host in ((s.nri.socket, "/var/run/nri"), (s.reconcile.cri_socket, "/run/containerd"),
+                       (s.reconcile.systemd_bus, "/run/systemd")):
         m = mount_of(path)
         assert m.read_only, f"{host} must be read-only: the plugin only connects to {path}"
         assert m.host_path == host and posixpath.dirname(path) == m.container_path
