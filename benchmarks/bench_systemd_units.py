@@ -1,0 +1,116 @@
+"""What telling systemd a pool change costs, beside the plain cgroup writes, under a real systemd.
+
+Needs root, systemd as PID 1 and cgroup v2 (the VM tier runs it in its guest: tests/vm/parts/
+50-bench-systemd-units). Starts `--scopes` transient scopes in one slice as runc's systemd driver
+would (`AllowedCPUs` set at start), then times `--rounds` pool changes (every scope narrowed by one
+CPU, then widened again), each pass two ways:
+  * writes: `CpusetWriter.apply` per scope (the cgroupfs-driver pass);
+  * systemd + writes: one `SystemdUnits.agree` batch for all scopes (SetUnitProperties, pipelined),
+    then the same writes (the systemd-driver pass).
+Prints per pass: calls, wall time, this thread's CPU time, and PID 1's CPU time (systemd does work
+of its own for every call: it writes the cgroup itself). Then checks that every scope's
+`AllowedCPUs` equals its cgroup's `cpuset.cpus` (what makes a re-application a no-op).
+
+    python benchmarks/bench_systemd_units.py [--scopes 100] [--rounds 10] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from nri_pinner.engine.cpuset import CPUSet
+from nri_pinner.service.cgroup_writer import CpusetWriter
+from nri_pinner.service.systemd_units import SystemdUnits
+
+SLICE, PREFIX = "nribench.slice", "nribench"
+
+
+def pid1_cpu_seconds() -> float:
+    fields = Path("/proc/1/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def start_scopes(n: int, cpus: CPUSet) -> list[subprocess.Popen[bytes]]:
+    procs = []
+    for i in range(n):
+        procs.append(subprocess.Popen(["systemd-run", "--quiet", "--scope", f"--unit={PREFIX}-{i}", f"--slice={SLICE}",
+                                       "-p", f"AllowedCPUs={cpus}", "sleep", "infinity"]))
+    deadline = time.monotonic() + 300
+    for i in range(n):
+        path = Path(f"/sys/fs/cgroup/{SLICE}/{PREFIX}-{i}.scope/cpuset.cpus")
+        while not path.exists() or not path.read_text().strip():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"scope {i} did not appear")
+            time.sleep(0.05)
+    return procs
+
+
+def allowed_cpus(unit: str) -> CPUSet:
+    out = subprocess.run(["systemctl", "show", "-P", "AllowedCPUs", unit], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    return CPUSet.parse(out)
+
+
+def run(scopes: int, rounds: int) -> dict[str, Any]:
+    online = CPUSet.parse(Path("/sys/devices/system/cpu/online").read_text())
+    narrow = online - CPUSet([max(online)])
+    procs = start_scopes(scopes, online)
+    paths = [f"{SLICE}:{PREFIX}:{i}" for i in range(scopes)]
+    results: dict[str, Any] = {"scopes": scopes, "rounds": rounds, "cpus": str(online)}
+    try:
+        for mode in ("writes", "systemd+writes"):
+            writer = CpusetWriter("/sys/fs/cgroup", units=SystemdUnits(timeout=10.0) if mode != "writes" else None)
+            wall, cpu, pid1, failed = [], [], [], 0
+            current = online
+            for _ in range(rounds):
+                for target in (narrow, online):
+                    p0, t0, c0 = pid1_cpu_seconds(), time.perf_counter(), time.thread_time()
+                    failed += len(writer.tell_systemd([(p, target, "") for p in paths]))
+                    for p in paths:
+                        writer.apply(p, target, "", known=(current, ""))
+                    cpu.append(time.thread_time() - c0)
+                    wall.append(time.perf_counter() - t0)
+                    pid1.append(pid1_cpu_seconds() - p0)
+                    current = target
+            writer.close()
+            results[mode] = {
+                "passes": len(wall), "calls_per_pass": scopes if mode != "writes" else 0, "failed_calls": failed,
+                "wall_ms_median": statistics.median(wall) * 1e3, "cpu_ms_median": statistics.median(cpu) * 1e3,
+                "pid1_cpu_ms_median": statistics.median(pid1) * 1e3,
+            }
+        # the last pass of the systemd mode widened every scope back: systemd must hold that now
+        disagree = [i for i in range(scopes) if allowed_cpus(f"{PREFIX}-{i}.scope") != online]
+        results["scopes_disagreeing_with_systemd"] = len(disagree)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scopes", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results = run(args.scopes, args.rounds)
+    for mode in ("writes", "systemd+writes"):
+        r = results[mode]
+        print(f"{mode:15} {r['passes']} passes of {args.scopes} scopes: {r['calls_per_pass']} D-Bus calls/pass, "
+              f"wall {r['wall_ms_median']:.1f} ms, our CPU {r['cpu_ms_median']:.1f} ms, "
+              f"systemd CPU {r['pid1_cpu_ms_median']:.1f} ms (medians), failed calls {r['failed_calls']}")
+    print(f"scopes whose AllowedCPUs differs from what was written: {results['scopes_disagreeing_with_systemd']}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
