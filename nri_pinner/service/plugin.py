@@ -39,7 +39,14 @@ from .tracker import Containers, Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")
 
-START_WAIT_SECONDS = 1.0  # inside the runtime's 2 s request budget, with margin
+WAIT_SHARE = 0.5  # a start (or a grow) waits for the pass at most this share of the runtime's request timeout
+
+
+def pass_wait_seconds(request_timeout_ms: int) -> float:
+    """How long StartContainer (and a grown resize) waits for the syncer's pass: half the runtime's
+    request timeout (1 s at containerd's default 2 s), so a slow node — or an emulated one, whose
+    runtime is given a longer timeout — is not mistaken for a late pass, and the reply still makes it."""
+    return WAIT_SHARE * (request_timeout_ms / 1000 if request_timeout_ms > 0 else 2.0)
 
 
 class AdmissionRefused(Exception):
@@ -67,6 +74,7 @@ class PinnerPlugin:
             self.writer = None
         self.syncer = CgroupSyncer(tracker, self.writer) if self.writer is not None else None
         self.resizer = Resizer(self)
+        self.pass_wait = pass_wait_seconds(0)  # set from the runtime's request timeout at Configure
 
     # -- helpers (call with the tracker lock held) ----------------------------------------------
     def _pending_updates(self, exclude: str = "") -> list[api.ContainerUpdate]:
@@ -89,6 +97,7 @@ class PinnerPlugin:
 
     # -- connection ------------------------------------------------------------------------------
     def configure(self, req: api.ConfigureRequest) -> None:
+        self.pass_wait = pass_wait_seconds(req.request_timeout)
         log.info("configured by runtime", runtime=req.runtime_name, version=req.runtime_version,
                  nri_version=req.NRI_version or "unknown", request_timeout_ms=req.request_timeout or None)
         self.metrics.runtime.info({"runtime": req.runtime_name, "version": req.runtime_version,
@@ -290,10 +299,10 @@ class PinnerPlugin:
             generation = t.start_after or tr.generation
         if self.syncer is None or not exclusive:
             return
-        if not self.syncer.wait(generation, START_WAIT_SECONDS):
+        if not self.syncer.wait(generation, self.pass_wait):
             self.metrics.late_replies.labels("StartContainer").inc()
             log.warning("shared cgroups not yet written when an exclusive container starts", container=t.key[1],
-                        waited_s=START_WAIT_SECONDS)
+                        waited_s=self.pass_wait)
 
     def stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
         tr = self.tracker

@@ -38,9 +38,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("nri_pinner.service")
 
-GROW_WAIT_SECONDS = 1.0  # inside the runtime's 2 s request budget, with margin (as START_WAIT_SECONDS)
-
-
 class ResizeRefused(Exception):
     """Fails the NRI UpdateContainer, so containerd fails CRI UpdateContainerResources."""
 
@@ -97,10 +94,10 @@ class Resizer:
             if not wait_for:
                 return self._reply(t, resized)
         assert p.syncer is not None
-        if not p.syncer.wait(wait_for, GROW_WAIT_SECONDS):
+        if not p.syncer.wait(wait_for, p.pass_wait):
             p.metrics.late_replies.labels("UpdateContainer").inc()
             log.warning("shared cgroups not yet narrowed when a grown container is answered", container=t.key[1],
-                        waited_s=GROW_WAIT_SECONDS)
+                        waited_s=p.pass_wait)
         with tr.lock:
             return self._reply(t, True)
 

@@ -19,6 +19,7 @@ from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.service import cgroup_sync, cgroup_writer
 from nri_pinner.service.app import Service
+from testkit.fake_runtime import CONTAINERD_2_1_9
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 B, LATE = container(BPOD, "app", 100), container(BPOD, "late", 100)
@@ -313,3 +314,11 @@ async def test_a_pool_that_only_grows_waits_longer_and_a_start_still_cuts_it_sho
         assert held(root, B)[0] == online - exclusive  # the widen is still settling
         await written(r.svc)
         assert held(root, B)[0] == online  # a waiter ends the settling at once
+
+
+@pytest.mark.parametrize("timeout", [2.0, 10.0])
+async def test_the_start_waits_for_the_pass_half_the_runtimes_request_timeout(workdir: Path, timeout: float) -> None:
+    """1 s under containerd's default 2 s; an emulated node's runtime given 10 s waits 5 s, so a slow
+    pass is not taken for a late one while the StartContainer reply still makes the deadline."""
+    async with running(make_settings(workdir), CONTAINERD_2_1_9, request_timeout=timeout) as r:
+        assert r.svc.plugin.pass_wait == timeout / 2
