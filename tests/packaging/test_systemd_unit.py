@@ -1,5 +1,7 @@
-"""systemd/nri-pinner.service: verifies cleanly, is hardened (exposure score asserted), and says what
-the other install modes rely on. PID 1 here is not systemd: only offline systemd-analyze is used."""
+"""systemd/nri-pinner.service: verifies cleanly, is hardened (exposure score asserted), grants only the
+writes the service makes, and says what the other install modes rely on. PID 1 here is not systemd:
+only offline systemd-analyze is used; tests/vm/test_deb_unit.py runs the packaged unit under a real
+systemd (257, in a QEMU guest) and measures its exposure there."""
 
 from __future__ import annotations
 
@@ -44,6 +46,22 @@ def test_unit_runs_the_packaged_daemon_with_the_packaged_config() -> None:
     assert unit_values("CapabilityBoundingSet") == [""]
     # `nri-pinner install` writes this marker; the unit must not start next to a pre-installed plugin.
     assert unit_values("ConditionPathExists") == ["!/etc/nri-pinner/pre-installed"]
+
+
+def test_the_sandbox_grants_only_the_writes_the_service_makes() -> None:
+    """Writable: its state and runtime directories (StateDirectory/RuntimeDirectory) and the cgroup fs
+    (containers' cpuset files). The sockets it connects to (NRI, CRI, systemd's /run/systemd/private
+    for the scopes' AllowedCPUs) need no writable mount: connect() checks the socket's own mode, so
+    /run/containerd, /run/nri and /run/systemd stay read-only (writable, they would let the process
+    rewrite runtime state or install units). No capability: the cpuset files are the owner's (root)
+    to write, and systemd's private bus grants a uid-0 peer without one (checked in the VM tier)."""
+    assert unit_values("ProtectSystem") == ["strict"]
+    assert unit_values("ReadWritePaths") == ["/sys/fs/cgroup"]
+    assert unit_values("ProtectControlGroups") == ["no"]
+    assert unit_values("CapabilityBoundingSet") == [""] and unit_values("AmbientCapabilities") == [""]
+    assert unit_values("NoNewPrivileges") == ["yes"]
+    (families,) = unit_values("RestrictAddressFamilies")
+    assert "AF_UNIX" in families.split()
 
 
 @needs_analyze
