@@ -168,6 +168,16 @@ class Engine:
                 state = state.with_provider("memory", self.memory.remove(mstate, pod, container))
         return state
 
+    def mark_init(self, state: EngineState, pod: str, container: str) -> EngineState:
+        """The container is a regular init container after all (learnt when it stopped): its CPUs and
+        memory blocks become reusable by its pod's later containers."""
+        state = self.policy.mark_init(state, pod, container)
+        if self.memory is not None and "memory" in state.providers:
+            mstate = memory_state(state.providers["memory"])
+            if mstate.get(pod, container):
+                state = state.with_provider("memory", mstate.with_source(pod, container))
+        return state
+
     def _merge(self, state: EngineState, req: AdmissionRequest,
                n: int) -> tuple[MergeResult | None, Shown, list[str]]:
         """Merged hint (None: topology manager off or pod already admitted), hints shown per

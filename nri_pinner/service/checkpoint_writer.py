@@ -53,7 +53,10 @@ class Snapshot:
             a = self.state.get(*t.key)
             if a is not None:
                 more = self.extra(t.key) if self.extra is not None else {}
-                entries.append({"container_id": cid, "sandbox_id": t.sandbox_id, **a.to_dict(), **more})
+                role = {"role": t.intent.role} if t.intent.role else {}  # who said init or app (rebuild keeps it)
+                stopped = {"stopped": True} if t.stopped else {}  # an exited container its pod keeps
+                entries.append({"container_id": cid, "sandbox_id": t.sandbox_id, **a.to_dict(), **role, **stopped,
+                                **more})
         return {"policy": "static", "reserved": str(self.reserved), "shared": str(self.shared), "entries": entries}
 
 

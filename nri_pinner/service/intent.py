@@ -6,18 +6,27 @@ invert what the kubelet wrote into the CRI request:
   `/kubepods.slice/kubepods-burstable.slice/...`): "besteffort" → BestEffort, "burstable" →
   Burstable, any other kubepods parent → Guaranteed; no kubepods parent → not a kubelet pod.
 - request from cpu.shares (shares*1000/1024, rounded; 2 shares = 0), limit from quota/period.
-- init containers from the kubelet's container annotation `io.kubernetes.container.type` = "init"
-  (kuberuntime/labels.go); it says "init" for restartable (sidecar) init containers too, and
-  nothing else in CRI tells them apart. So: a pod annotation may name sidecars, and the service
-  treats an init container that is still running when an app container of its pod is created as
-  a sidecar (regular init containers have exited by then).
-- exact values and explicit exclusive CPUs from pod annotations (README).
+- init containers: nothing the kubelet sends says which containers are init containers (v1.32
+  pkg/kubelet/kuberuntime/labels.go newContainerLabels/newContainerAnnotations write the pod and
+  container names, uid, hash, restart count, termination message and ports, no container type).
+  What can tell, in this order: the pod annotations INIT_ANNOTATION / SIDECAR_ANNOTATION (overrides),
+  the container annotation `io.kubernetes.container.type` ("init" | "container", an override for
+  plain containerd users; no kubelet writes it), the `initContainers` / `containers` maps of
+  `noderesource.dev/resources` (containers/nri-plugins' resource-annotator webhook). Otherwise the
+  role stays undecided (``role == ""``) and the service decides it when it matters, when the container
+  stops (`service/plugin.py`: PodResources List, else inferred). An init container still running
+  when an app container of its pod is created is a sidecar (regular init containers have exited).
+- exact requests: pod annotation `nri-pinner.io/cpu.<name>` (README), else the container's entry in
+  `noderesource.dev/resources` when it agrees with the cgroup values the kubelet derived from it,
+  else the inference above.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +41,12 @@ CPU_ANNOTATION = ANNOTATION_PREFIX + "cpu."  # + container name: "<request>[/<li
 EXCLUSIVE_ANNOTATION = ANNOTATION_PREFIX + "exclusive-cpus"
 INIT_ANNOTATION = ANNOTATION_PREFIX + "init-containers"  # "a,b"
 SIDECAR_ANNOTATION = ANNOTATION_PREFIX + "sidecar-containers"  # restartable init containers: "c"
-KUBELET_CONTAINER_TYPE = "io.kubernetes.container.type"  # "init" | "container" | "ephemeral"
+# Not written by the kubelet (v1.32 kuberuntime/labels.go): read only as an override ("init" | "container")
+KUBELET_CONTAINER_TYPE = "io.kubernetes.container.type"
+# containers/nri-plugins pkg/kubernetes/resources.go AnnotatedResourcesKey / AnnotatedResources:
+# JSON {"initContainers": {name: ResourceRequirements}, "containers": {name: ResourceRequirements}},
+# written on the pod by cmd/resource-annotator/webhook.go annotateResources from pod.Spec
+NODE_RESOURCES_ANNOTATION = "noderesource.dev/resources"
 
 MIN_SHARES = 2
 SHARES_PER_CPU = 1024
@@ -54,7 +68,12 @@ class ContainerIntent:
     limit_milli: int
     init: bool = False
     restartable: bool = False
-    source: str = "cgroup"  # "cgroup" (inferred), "annotation" (exact), "exclusive-annotation"
+    source: str = "cgroup"  # "cgroup" (inferred), "annotation" (exact), "exclusive-annotation", "noderesource"
+    # who decided init/app: "annotation" (nri-pinner), "container-type", "noderesource", "podresources",
+    # "inferred" (at a stop, service/plugin.py), "checkpoint"; "" = undecided (taken as app until it stops)
+    role: str = ""
+    kubelet: bool = False  # a kubelet pod (kubepods cgroup parent): exited containers keep their CPUs
+    note: str = ""  # a problem with data we do not own (noderesource.dev/resources): logged, not fatal
 
     @property
     def pod_key(self) -> str:
@@ -139,15 +158,123 @@ def _split_names(text: str) -> frozenset[str]:
     return frozenset(n.strip() for n in text.split(",") if n.strip())
 
 
+class NodeResourcesError(ValueError):
+    """`noderesource.dev/resources` that cannot be read: logged, the values are inferred instead."""
+
+
+@dataclass(frozen=True)
+class AnnotatedCPU:
+    request_milli: int
+    limit_milli: int  # 0: no limit
+
+
+@dataclass(frozen=True)
+class NodeResources:
+    """One pod's `noderesource.dev/resources`: CPU per container name, init containers apart."""
+
+    init: Mapping[str, AnnotatedCPU | NodeResourcesError]
+    app: Mapping[str, AnnotatedCPU | NodeResourcesError]
+
+
+def _quantity(value: Any, where: str) -> int:
+    # resource.Quantity marshals as a string; its UnmarshalJSON also takes a bare number
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise NodeResourcesError(f"{where}: expected a quantity string, got {quoted(repr(value))}")
+    try:
+        return parse_cpu_quantity(str(value))
+    except IntentError as exc:
+        raise NodeResourcesError(f"{where}: {exc}") from None
+
+
+def _annotated_cpu(name: str, req: Any) -> AnnotatedCPU | NodeResourcesError:
+    """corev1.ResourceRequirements → CPU request/limit (a request left out defaults to the limit,
+    as the API server's defaulting does before admission webhooks run)."""
+    try:
+        if not isinstance(req, Mapping):
+            raise NodeResourcesError(f"container {quoted(name)}: expected an object, got {quoted(repr(req))}")
+        limits, requests = req.get("limits") or {}, req.get("requests") or {}
+        if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
+            raise NodeResourcesError(f"container {quoted(name)}: limits/requests must be objects")
+        limit = _quantity(limits["cpu"], f"container {quoted(name)} limits.cpu") if "cpu" in limits else 0
+        request = (_quantity(requests["cpu"], f"container {quoted(name)} requests.cpu") if "cpu" in requests
+                   else limit)
+        return AnnotatedCPU(request, limit)
+    except NodeResourcesError as exc:
+        return exc
+
+
+@functools.lru_cache(maxsize=256)  # a pod's containers share the text
+def parse_node_resources(text: str) -> NodeResources:
+    """Raises NodeResourcesError when the document itself cannot be read; a bad entry is kept as
+    its error (that container falls back to inference, its siblings do not)."""
+    if len(text) > 1 << 20:
+        raise NodeResourcesError(f"{NODE_RESOURCES_ANNOTATION}: {len(text)} bytes, more than 1 MiB")
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise NodeResourcesError(f"{NODE_RESOURCES_ANNOTATION}: not JSON ({exc})") from None
+    if not isinstance(doc, Mapping):
+        raise NodeResourcesError(f"{NODE_RESOURCES_ANNOTATION}: expected a JSON object, got {type(doc).__name__}")
+    maps = []
+    for field_name in ("initContainers", "containers"):
+        m = doc.get(field_name) or {}
+        if not isinstance(m, Mapping):
+            raise NodeResourcesError(f"{NODE_RESOURCES_ANNOTATION}: {field_name} must be an object")
+        maps.append({str(k): _annotated_cpu(str(k), v) for k, v in m.items()})
+    return NodeResources(init=maps[0], app=maps[1])
+
+
+def milli_to_shares(milli: int) -> int:
+    """kubelet MilliCPUToShares (pkg/kubelet/cm/helpers_linux.go): floor, at least 2, at most 262144."""
+    return 2 if milli == 0 else min(max(milli * SHARES_PER_CPU // 1000, MIN_SHARES), 262_144)
+
+
+def milli_to_quota(milli: int, period: int) -> int:
+    """kubelet MilliCPUToQuota: milli * period / 1000, at least 1000 (MinQuotaPeriod)."""
+    return 0 if milli == 0 else max(milli * period // 1000, 1000)
+
+
+def _agrees(cpu: Any, annotated: AnnotatedCPU) -> str:
+    """Why the annotated values are not what the kubelet put into this container ("" = they are):
+    a stale annotation (resized pod) or a hand-written one never beats the cgroup values."""
+    if cpu.HasField("shares") and milli_to_shares(annotated.request_milli) != int(cpu.shares.value):
+        return (f"requests.cpu {annotated.request_milli}m disagrees with the container's cpu.shares "
+                f"{int(cpu.shares.value)}")
+    quota, period = _opt(cpu, "quota"), _opt(cpu, "period")
+    if quota > 0 and period > 0 and milli_to_quota(annotated.limit_milli, period) != quota:
+        return f"limits.cpu {annotated.limit_milli}m disagrees with the container's CFS quota {quota}/{period}"
+    return ""
+
+
 def intent_from_nri(pod: Any, container: Any) -> ContainerIntent:
     """Build the intent from an NRI PodSandbox and Container (protobuf messages)."""
     pod_ann = pod.annotations
     name = container.name
     qos = qos_from_cgroup_parent(pod.linux.cgroup_parent)
+    kubelet = qos != UNMANAGED
     cpu = container.linux.resources.cpu
     request = shares_to_milli(_opt(cpu, "shares"))
     limit = cpu_limit_milli(cpu)
-    source = "cgroup"
+    source, role, init, note = "cgroup", "", False, ""
+    annotated: AnnotatedCPU | NodeResourcesError | None = None
+    text = pod_ann.get(NODE_RESOURCES_ANNOTATION)
+    if text is not None:
+        try:
+            resources = parse_node_resources(text)
+            if name in resources.init:
+                annotated, role, init = resources.init[name], "noderesource", True
+            elif name in resources.app:
+                annotated, role = resources.app[name], "noderesource"
+        except NodeResourcesError as exc:
+            annotated = exc
+    if isinstance(annotated, NodeResourcesError):
+        note = f"{annotated}; CPU request/limit inferred from the cgroup values"
+    elif annotated is not None:
+        why = _agrees(cpu, annotated)
+        if why:
+            note = f"{NODE_RESOURCES_ANNOTATION} for container {quoted(name)}: {why}; using the cgroup values"
+        else:
+            request, limit, source = annotated.request_milli, annotated.limit_milli, "noderesource"
     if qos == GUARANTEED and limit == 0:
         # Guaranteed means limit == request; the quota may be off (DisableCPUQuotaWithExclusiveCPUs)
         limit = request
@@ -174,11 +301,15 @@ def intent_from_nri(pod: Any, container: Any) -> ContainerIntent:
             raise IntentError(f"annotation {key}={quoted(exclusive)}: {exc}") from None
         qos, source = GUARANTEED, "exclusive-annotation"
 
+    kind = container.annotations.get(KUBELET_CONTAINER_TYPE)
+    if kind in ("init", "container"):  # an override: no kubelet writes it
+        init, role = kind == "init", "container-type"
     sidecars = _names(pod_ann, SIDECAR_ANNOTATION)
     inits = _names(pod_ann, INIT_ANNOTATION) | sidecars
+    if name in inits:
+        init, role = True, "annotation"
     return ContainerIntent(
         pod_uid=pod.uid, pod_name=pod.name, namespace=pod.namespace, container=name,
         container_id=container.id, qos=qos, request_milli=request, limit_milli=limit,
-        init=name in inits or container.annotations.get(KUBELET_CONTAINER_TYPE) == "init",
-        restartable=name in sidecars, source=source,
+        init=init, restartable=name in sidecars, source=source, role=role, kubelet=kubelet, note=note,
     )

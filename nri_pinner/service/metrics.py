@@ -30,7 +30,8 @@ REJECTIONS: dict[str, str] = {
     "BadAnnotation": "annotations",
 }
 FAIL_OPEN_CAUSES = ("rejected", "timeout")
-BAD_INPUT_SOURCES = ("annotation", "container")  # create refused, or kept shared at Synchronize
+# create refused, kept shared at Synchronize, or noderesource.dev/resources not used (values inferred)
+BAD_INPUT_SOURCES = ("annotation", "container", "noderesource")
 LATE_METHODS = ("CreateContainer", "UpdateContainer")
 REPAIR_PATHS = ("cri", "next-reply")
 # in-place resize outcomes (engine ResizeDecision.kind) and refusal reasons (README "Resize")
@@ -85,7 +86,8 @@ class Metrics:
                                         "Creates admitted without NIC hints: the pod's NIC lookup was still running",
                                         registry=r)
         self.bad_input = Counter("nri_pinner_bad_input", "Container data that could not be read (create refused, "
-                                 "or the container kept on the shared pool at Synchronize)", ["source"], registry=r)
+                                 "the container kept on the shared pool at Synchronize, or noderesource.dev/resources "
+                                 "not used)", ["source"], registry=r)
         for source in BAD_INPUT_SOURCES:
             self.bad_input.labels(source)
         for reason, provider in REJECTIONS.items():

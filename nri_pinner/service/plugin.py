@@ -3,6 +3,32 @@ changes are written into their cgroups by the syncer thread (NRI updates in the 
 containers without a cgroup), and an exclusive container's StartContainer waits for those writes,
 so an exclusive CPU is never shared (README "Pool changes").
 
+Exited containers of kubelet pods keep their CPUs for their pod, as the kubelet's CPU manager does
+(v1.32, vendored in kubeedge/kubeedge vendor/k8s.io/kubernetes/pkg/kubelet/):
+- nothing releases CPUs when a container exits: cm/internal_container_lifecycle.go PostStopContainer
+  calls only the topology manager; cpumanager/cpu_manager.go reconcileState skips terminated
+  containers ("we can't call m.RemoveContainer() here because it could remove the allocated cpuset
+  for the container which may be in the process of being restarted");
+- a restarted container gets the same CPUs: policy_static.go Allocate, "container already present
+  in state, skipping" (state is keyed by pod UID and container name, not by runtime container);
+- a regular init container's CPUs are reusable by its pod's later containers, a restartable init
+  (sidecar) or app container's are not: policy_static.go updateCPUsToReuse, allocateCPUs
+  (GetAvailableCPUs().Union(reusableCPUs)); the init container's record stays, overlapping, and
+  RemoveContainer releases only CPUs no sibling holds (getAssignedCPUsOfSiblings);
+- CPUs go back only when the pod is no longer active: cpu_manager.go removeStaleState keeps every
+  init and app container of every pod in activePods (kubelet_pods.go GetActivePods /
+  filterOutInactivePods: not terminal, or still terminating), run before each Allocate and reconcile.
+From NRI's view the pod goes at StopPodSandbox (kuberuntime_manager.go killPodWithSyncResult stops the
+sandbox after killing its containers) or RemovePodSandbox; a container's last RemoveContainer also
+releases its CPUs (the kubelet's GC removes the last instance of a container only with its pod's
+content, kuberuntime_gc.go).
+Which stopped container was a regular init container is decided when it matters (its pod's next
+create): the annotations (intent.py), else the PodResources List (cached; refreshed at the stop),
+else inferred: a container of the pod that exited with status 0 before a new container of its pod
+was created (the kubelet starts the next container only after an init container succeeded:
+kuberuntime_container.go computeInitContainerActions). An inferred init container that is created
+again had been an app container after all: it is admitted afresh if a sibling reused its CPUs.
+
 Runs on the stub's handler thread. The stub cuts a handler off at its budget and answers with
 the matching `fallback_*` result (see `nri_pinner.nri.stub`).
 """
@@ -20,7 +46,7 @@ from ..config import Settings
 from ..engine.admission import AdmissionRequest
 from ..engine.cpumanager.state import Assignment
 from ..engine.cpumanager.static_policy import guaranteed_cpus
-from ..engine.cpuset import CPUSet, CPUSetError
+from ..engine.cpuset import EMPTY, CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
 from .alignment import Intake, memory_entries
@@ -29,9 +55,10 @@ from .cgroup_writer import CpusetWriter, unwritable
 from .cgroups import CgroupError
 from .checkpoint_writer import CheckpointWriter, Snapshot
 from .cpuset_sync import reply_updates
-from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
+from .intent import GUARANTEED, ContainerIntent, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
 from .netns import NicLookup
+from .podresources import podresources_of
 from .rebuild import checkpoint_entries, note_unreadable, rebuild, repin_waiting
 from .resize import Resizer
 from .systemd_units import SystemdUnits
@@ -63,6 +90,7 @@ class PinnerPlugin:
         self._prior = checkpoint_entries(prior_checkpoint)
         self._seeded: dict[str, tuple[str, str]] = {}  # checkpoint entries held without a Synchronize
         self._waiting: list[str] = []  # Guaranteed containers Synchronize left on the shared pool, oldest first
+        self._stopped_sandboxes: set[str] = set()  # StopPodSandbox seen, RemovePodSandbox not yet
         self.intake = Intake(settings)  # device and memory requests for those providers
         self.checkpoints = CheckpointWriter(settings.state.checkpoint)
         rec = settings.reconcile
@@ -193,10 +221,15 @@ class PinnerPlugin:
             log.info("create refused: bad annotation", pod=f"{req.pod.namespace}/{req.pod.name}",
                      container=req.container.name, error=str(exc))
             raise AdmissionRefused(f"nri-pinner: {exc}") from exc
+        if intent.note:
+            self.metrics.bad_input.labels("noderesource").inc()
+            log.warning("noderesource.dev/resources not used", pod=f"{req.pod.namespace}/{req.pod.name}",
+                        container=intent.container, error=intent.note)
         if self.nics is not None:  # bounded wait, outside the lock; afterwards the NIC provider reads its cache
             self.nics.wait(req.pod)
         tr = self.tracker
         with tr.lock:
+            intent = self._role_at_create(intent)
             self._mark_sidecars(intent.pod_key, intent.init)
             request = AdmissionRequest(intent.pod_key, intent.container, intent.qos, intent.request_milli,
                                        intent.limit_milli, init=intent.init, restartable=intent.restartable,
@@ -313,7 +346,21 @@ class PinnerPlugin:
                     self._commit()
                 return api.StopContainerResponse(update=self._pending_updates())
             t.stopped = True
+            t.exit_code = req.container.exit_code
             a = tr.assignment(t)
+            if t.intent.kubelet:
+                # kubelet pod: its CPUs (and memory) stay with the pod (module doc); only whether they
+                # are reusable by the pod's next container depends on what it was
+                if a is not None and not t.intent.role:
+                    self._decide_role(t, final=False)
+                updates = self._pending_updates()
+                self._commit()
+                a = tr.assignment(t)
+                log.info("container stopped", container=t.key[1], pod=t.intent.pod_name, released=False,
+                         kept_for_pod=str(a.current) if a is not None and a.exclusive else "",
+                         role=("init" if t.intent.init else "app") if t.intent.role else "undecided",
+                         decided_by=t.intent.role or None, shared=str(tr.shared_pool))
+                return api.StopContainerResponse(update=updates)
             # An exited init container's exclusive CPUs and memory blocks stay for its app containers
             # (kubelet reuse; memory even when its CPUs were shared): released at removal.
             keep = a is not None and a.init and not a.restartable and (
@@ -343,22 +390,110 @@ class PinnerPlugin:
         if self.nics is not None:
             self.nics.start(event.pod)  # looked up in the background; the first create waits at most briefly
 
+    def stop_pod_sandbox(self, event: api.StateChangeEvent) -> None:
+        """The pod is going (or its sandbox is being recreated): no container of this sandbox runs
+        again, so every CPU its containers kept goes back (kubelet: removeStaleState once the pod is
+        inactive; see the module doc)."""
+        tr = self.tracker
+        with tr.lock:
+            self._stopped_sandboxes.add(event.pod.id)
+            pod_key = event.pod.uid or event.pod.name
+            for t in tr.containers.in_pod(pod_key):
+                if t.sandbox_id == event.pod.id:
+                    t.stopped = True
+            released = self._release_pod(pod_key, event.pod.id)
+            if released:
+                self._repin_waiting()
+            self._commit()
+        log.info("pod stopped", pod=f"{event.pod.namespace}/{event.pod.name}", released=str(released),
+                 shared=str(tr.shared_pool))
+
     def remove_pod_sandbox(self, event: api.StateChangeEvent) -> None:
         if self.nics is not None:
             self.nics.forget(event.pod.id)
         tr = self.tracker
         with tr.lock:
             pod_key = event.pod.uid or event.pod.name
-            gone = [t for t in tr.containers.in_pod(pod_key) if t.sandbox_id == event.pod.id]
-            for t in gone:
-                del tr.containers[t.container_id]
-                tr.state = tr.engine.remove(tr.state, *t.key)
-            for a in tr.state.pod_assignments(pod_key):
-                tr.state = tr.engine.remove(tr.state, a.pod, a.container)
+            for t in tr.containers.in_pod(pod_key):
+                if t.sandbox_id == event.pod.id:
+                    del tr.containers[t.container_id]
+            self._release_pod(pod_key, event.pod.id)
+            self._stopped_sandboxes.discard(event.pod.id)
             self._repin_waiting()
             self._commit()
 
+    def _release_pod(self, pod_key: str, sandbox_id: str) -> CPUSet:
+        """Drop the pod's records but those a container of another live sandbox of the pod holds (a
+        recreated sandbox's containers, admitted before the old sandbox's removal arrives)."""
+        tr = self.tracker
+        live = {t.key for t in tr.containers.in_pod(pod_key)
+                if t.sandbox_id != sandbox_id and t.sandbox_id not in self._stopped_sandboxes}
+        before = tr.state.exclusive_cpus()
+        for a in tr.state.pod_assignments(pod_key):
+            if a.key not in live:
+                tr.state = tr.engine.remove(tr.state, a.pod, a.container)
+        return before - tr.state.exclusive_cpus()
+
     # -- details ---------------------------------------------------------------------------------
+    def _role_at_create(self, intent: ContainerIntent) -> ContainerIntent:
+        """Before admitting a kubelet pod's container: settle its stopped siblings' roles (their CPUs
+        may be reused now), then its own role from what is known (a restart keeps the old record's)."""
+        if not intent.kubelet:
+            return intent
+        tr = self.tracker
+        key = (intent.pod_key, intent.container)
+        old = tr.by_key(key)
+        for t in tr.containers.in_pod(intent.pod_key):
+            if t.stopped and not t.intent.role and t.key != key and tr.assignment(t) is not None:
+                self._decide_role(t, final=True)
+        if not intent.role and old is not None and old.intent.role:
+            intent = replace(intent, init=old.intent.init, restartable=old.intent.restartable, role=old.intent.role)
+        a = tr.state.get(*key)
+        if old is not None and old.intent.role == "inferred" and a is not None and a.exclusive and a.init:
+            # it comes back: it was an app container (or a sidecar), not an init container; if a
+            # sibling reused its CPUs meanwhile it must not share them: admitted afresh
+            siblings = EMPTY
+            for b in tr.state.pod_assignments(intent.pod_key):
+                if b.exclusive and b.key != key and not (b.init and not b.restartable):
+                    siblings = siblings | b.current
+            if a.current & siblings:
+                tr.state = tr.engine.remove(tr.state, *key)
+                log.warning("container inferred to be an init container was created again: its CPUs were "
+                            "reused by its pod, it gets new ones", pod=f"{intent.namespace}/{intent.pod_name}",
+                            container=intent.container, reused=str(a.current & siblings))
+            intent = replace(intent, init=False, restartable=False, role="")
+        if not intent.role:
+            listed = self._listed(intent.namespace, intent.pod_name, intent.container, refresh=False)
+            if listed is not None:
+                intent = replace(intent, init=not listed, role="podresources")
+        return intent
+
+    def _listed(self, namespace: str, pod: str, container: str, refresh: bool) -> bool | None:
+        source = podresources_of(self.tracker.engine)
+        if source is None:
+            return None
+        listed = source.listed(namespace, pod, container)
+        if listed is None and refresh:
+            source.refresh()  # the fetcher thread lists again; the answer is read at the pod's next create
+        return listed
+
+    def _decide_role(self, t: Tracked, final: bool) -> None:
+        """Was the stopped container a regular init container? PodResources (cached) says when it
+        lists the pod; else, when ``final`` (its pod's next create), inferred from its exit status."""
+        i = t.intent
+        listed = self._listed(i.namespace, i.pod_name, i.container, refresh=not final)
+        if listed is not None:
+            init, role = not listed, "podresources"
+        elif final:
+            init, role = t.exit_code == 0, "inferred"
+        else:
+            return
+        t.intent = replace(i, init=init, restartable=False, role=role)
+        if init:
+            self.tracker.state = self.tracker.engine.mark_init(self.tracker.state, *t.key)
+        log.info("stopped container's role decided", pod=f"{i.namespace}/{i.pod_name}", container=i.container,
+                 role="init" if init else "app", decided_by=role, exit_code=t.exit_code)
+
     def _repin_waiting(self) -> None:
         if self._waiting:
             for message in repin_waiting(self.tracker, self._waiting):

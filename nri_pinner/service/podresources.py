@@ -167,6 +167,20 @@ class PodResources:
     def allocatable(self) -> Mapping[str, Sequence[Device]]:
         return self.view.allocatable
 
+    def listed(self, namespace: str, pod: str, container: str) -> bool | None:
+        """Is the container in the cached List? None when the List does not have the pod (not yet:
+        it may lag a create). The kubelet lists a pod's app and restartable init containers, never
+        its regular init containers (v1.32 pkg/kubelet/apis/podresources/server_v1.go List), so a
+        pod listed without the container means a regular init container. Never waits."""
+        if self.available is False:
+            return None
+        containers = self.view.pods.get((namespace, pod))
+        return None if containers is None else container in containers
+
+    def refresh(self) -> None:
+        """Ask the fetcher thread for a new List (returns at once)."""
+        self._kick.set()
+
     # -- the fetcher thread ----------------------------------------------------------------------
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="podresources", daemon=True)

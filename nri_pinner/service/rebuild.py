@@ -20,7 +20,7 @@ from ..engine.cpuset import EMPTY, CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
 from .alignment import restore_memory
-from .intent import GUARANTEED, KUBELET_CONTAINER_TYPE, UNMANAGED, ContainerIntent, intent_from_nri
+from .intent import GUARANTEED, UNMANAGED, ContainerIntent, intent_from_nri, qos_from_cgroup_parent
 from .metrics import Metrics
 from .tracker import Tracked, Tracker
 
@@ -68,8 +68,26 @@ def _cpus(text: str) -> CPUSet:
 def _shared_intent(pod: api.PodSandbox, c: api.Container) -> ContainerIntent:
     """The intent of a container whose data cannot be read, built without reading any of it again."""
     return ContainerIntent(pod_uid=pod.uid, pod_name=pod.name, namespace=pod.namespace, container=c.name,
-                           container_id=c.id, qos=UNMANAGED, request_milli=0, limit_milli=0,
-                           init=c.annotations.get(KUBELET_CONTAINER_TYPE) == "init", source="unreadable")
+                           container_id=c.id, qos=UNMANAGED, request_milli=0, limit_milli=0, source="unreadable",
+                           kubelet=qos_from_cgroup_parent(pod.linux.cgroup_parent) != UNMANAGED)
+
+
+def _kept_stopped(c: api.Container, pods: Mapping[str, api.PodSandbox], prior: PriorEntries) -> bool:
+    """An exited container of a kubelet pod whose CPUs (or memory) the previous state kept for its pod
+    (plugin.py: kept until the pod goes); without a checkpoint entry nothing says its sandbox is live."""
+    entry = prior.get(c.id)
+    pod = pods.get(c.pod_sandbox_id)
+    return (entry is not None and pod is not None and (bool(entry.get("exclusive")) or bool(entry.get("memory_blocks")))
+            and qos_from_cgroup_parent(pod.linux.cgroup_parent) != UNMANAGED)
+
+
+def _with_role(intent: ContainerIntent, entry: Mapping[str, Any] | None) -> ContainerIntent:
+    """The role the previous state had decided (at a stop, from PodResources, ...) when the
+    container's own data does not say."""
+    if entry is None or intent.role or not entry.get("role"):
+        return intent
+    return replace(intent, init=bool(entry.get("init")), restartable=bool(entry.get("restartable")),
+                   role=str(entry["role"])[:32])
 
 
 def _intent(pod: api.PodSandbox, c: api.Container, unreadable: list[Unreadable]) -> ContainerIntent:
@@ -96,8 +114,8 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
     """``start``: place the containers into this state instead of an empty one (adopting a container
     an event names that Synchronize did not list, `service/resize.py`)."""
     pods_by_id = {p.id: p for p in pods}
-    active = [c for c in containers
-              if c.state != api.CONTAINER_STOPPED and c.pod_sandbox_id in pods_by_id]
+    active = [c for c in containers if c.pod_sandbox_id in pods_by_id
+              and (c.state != api.CONTAINER_STOPPED or _kept_stopped(c, pods_by_id, prior))]
     state = engine.initial_state() if start is None else start
     out = Rebuilt(state, {}, [])
     tracked, repairs = out.containers, out.repairs
@@ -106,22 +124,33 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
     # they are collected and added in one copy (a per-container admission copies the whole state).
     bulk = not engine.merges_shared
     shared: dict[tuple[str, str], Assignment] = {}
-    # Containers the previous state knew go first, so they keep their CPUs.
-    for c in sorted(active, key=lambda c: (c.id not in prior, c.id)):
+    # Containers the previous state knew go first, so they keep their CPUs; exited ones last (a running
+    # container of the same name replaced them; their CPUs may be reused by their pod's running ones).
+    for c in sorted(active, key=lambda c: (c.state == api.CONTAINER_STOPPED, c.id not in prior, c.id)):
         pod = pods_by_id[c.pod_sandbox_id]
         intent = _intent(pod, c, out.unreadable)
         actual, mems = CPUSet(), c.linux.resources.cpu.mems
+        stopped = c.state == api.CONTAINER_STOPPED
         try:
-            actual, mems = _current_cpuset(c, cgroup)
+            entry = prior.get(c.id)
+            intent = _with_role(intent, entry)
+            if stopped:  # its cgroup is gone: the checkpoint's CPUs, never a new allocation
+                actual, mems = _cpus(str(entry.get("current", ""))) if entry else EMPTY, ""
+            else:
+                actual, mems = _current_cpuset(c, cgroup)
             guaranteed = intent.qos == GUARANTEED
             n = guaranteed_cpus(QoS.GUARANTEED, intent.request_milli, intent.limit_milli) if guaranteed else 0
-            entry = prior.get(c.id)
             if entry is not None and entry.get("restartable") and intent.init:
                 intent = replace(intent, restartable=True)  # found running as a sidecar before the restart
             key = intent_key(intent)
             if entry is not None and entry.get("memory_blocks"):
                 state = restore_memory(engine, state, key, entry, repairs)
-            if bulk and n == 0:
+            if stopped:
+                if key in shared:
+                    state, shared = state.with_shared(shared), {}
+                placed = _place_stopped(engine, state, intent, n, actual, entry,
+                                        f"{pod.namespace}/{pod.name}/{c.name}", repairs)
+            elif bulk and n == 0:
                 if key not in shared and state.get(*key) is None:  # else: already admitted, as `admit` says
                     shared[key] = Assignment(*key, EMPTY, EMPTY, exclusive=False, init=intent.init,
                                              restartable=intent.restartable)
@@ -141,9 +170,9 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             placed, _ = engine.admit(state, AdmissionRequest(intent.pod_key, intent.container, QoS.BEST_EFFORT))
         state = placed
         tracked[c.id] = Tracked(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,
-                                started=c.state == api.CONTAINER_RUNNING,
-                                applied_cpus=actual or None, applied_mems=mems)
-    state = state.with_shared(shared)
+                                started=c.state == api.CONTAINER_RUNNING, stopped=stopped,
+                                exit_code=c.exit_code, applied_cpus=actual or None, applied_mems=mems)
+    state = engine.policy.with_reusable(state.with_shared(shared))  # reusable init CPUs are not checkpointed
     created = {c.id: (c.created_at or 0) for c in active}  # v0.10+ runtimes only; else the order above
     out.waiting.sort(key=lambda cid: created[cid])
     for cid in prior:
@@ -154,6 +183,28 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
     out.state = replace(state, providers=providers)
     repairs.extend(messages)
     return out
+
+
+def _place_stopped(engine: Engine, state: EngineState, intent: ContainerIntent, n: int, held: CPUSet,
+                   entry: Mapping[str, Any] | None, who: str, repairs: list[str]) -> EngineState:
+    """An exited container keeps the CPUs it had, if nothing else took them (a regular init container's
+    may overlap its pod's containers: they reused them)."""
+    key = intent_key(intent)
+    if state.get(*key) is not None:  # a running container of the same name was placed first: it wins
+        return state
+    if n and entry is not None and entry.get("exclusive") and len(held) == n:
+        allowed = engine.policy.available_for_exclusive(state)
+        if intent.init and not intent.restartable:
+            for a in state.pod_assignments(intent.pod_key):
+                if a.exclusive:
+                    allowed = allowed | a.current
+        if held.issubset(allowed):
+            admitted = _cpus(str(entry.get("admitted", ""))) or held
+            return _insert(state, intent, admitted, held, entry.get("numa_affinity"))
+        repairs.append(f"{who}: exited, kept CPUs {held} for its pod, but they are no longer available; released")
+        return state
+    return state.with_changes(put=Assignment(*key, EMPTY, EMPTY, exclusive=False, init=intent.init,
+                                             restartable=intent.restartable))
 
 
 def _exclusive(state: EngineState, intent: ContainerIntent) -> bool:

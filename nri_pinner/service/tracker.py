@@ -31,6 +31,7 @@ class Tracked:
     intent: ContainerIntent
     cgroups_path: str = ""
     stopped: bool = False
+    exit_code: int = 0  # at its stop (NRI v0.10+ runtimes report it; older ones always say 0)
     started: bool = False  # StartContainer seen (or running at Synchronize): it has a cgroup to write
     fallback: bool = False  # a cgroup write failed: the next reply carries the NRI update
     applied_cpus: CPUSet | None = None  # what the runtime was last told; None = unknown, resend

@@ -97,10 +97,14 @@ async def test_a_guaranteed_create_shrinks_started_containers_in_their_cgroups(w
         writer = r.svc.plugin.writer
         assert writer is not None and writer.counts.containers == 1
 
+        # kubelet v1.32: an exited container's CPUs stay its pod's until the pod goes (plugin.py doc)
         stopped = await r.conn.stop_container(api.StopContainerRequest(pod=GPOD, container=G))
-        assert stopped is not None and cpuset_updates(stopped.update) == {LATE.id: (str(online), "0,1")}
+        assert stopped is not None and stopped.update == []
+        await r.conn.state_change(api.STOP_POD_SANDBOX, GPOD)
         await written(r.svc)
-        assert held(root, B) == (online, "0,1")  # widened again, after the stop's reply
+        assert held(root, B) == (online, "0,1")  # widened again once the pod went
+        reply = await r.conn.create_container(create(BPOD, container(BPOD, "later", 100)))
+        assert reply is not None and cpuset_updates(reply.update) == {LATE.id: (str(online), "0,1")}
 
 
 async def test_a_pass_closes_the_cgroup_files_of_containers_that_went_away(workdir: Path) -> None:
@@ -119,6 +123,7 @@ async def test_a_pass_closes_the_cgroup_files_of_containers_that_went_away(workd
         await r.conn.stop_container(api.StopContainerRequest(pod=BPOD, container=LATE))
         await r.conn.state_change(api.REMOVE_CONTAINER, BPOD, LATE)
         await r.conn.stop_container(api.StopContainerRequest(pod=GPOD, container=G))
+        await r.conn.state_change(api.STOP_POD_SANDBOX, GPOD)  # G's CPUs stay its pod's until then
         await written(r.svc)
         assert held(root, B) == (online, "0,1") and len(writer.files) == 1  # LATE's file closed
         health = r.svc.document()["health"]
@@ -310,6 +315,7 @@ async def test_a_pool_that_only_grows_waits_longer_and_a_start_still_cuts_it_sho
         assert held(root, B)[0] == online - exclusive
 
         await r.conn.stop_container(api.StopContainerRequest(pod=GPOD, container=G))
+        await r.conn.state_change(api.STOP_POD_SANDBOX, GPOD)  # G's CPUs stay its pod's until then
         await asyncio.sleep(0.3)
         assert held(root, B)[0] == online - exclusive  # the widen is still settling
         await written(r.svc)

@@ -104,8 +104,10 @@ async def test_gpu_container_lands_on_the_gpus_node_with_memory_there(workdir: P
         metrics = generate_latest(svc.metrics.registry).decode()
         assert 'nri_pinner_provider_rejections_total{provider="cpu"} 1.0' in metrics
 
-        # removal releases the memory
+        # the pod's going releases the memory (a stop alone keeps it for the pod, as the kubelet does)
         await r.conn.stop_container(api.StopContainerRequest(pod=gp, container=c))
+        assert svc.tracker.engine.memory_mems(svc.tracker.state, gp.uid, "cuda") == (1,)
+        await r.conn.state_change(api.STOP_POD_SANDBOX, gp)
         assert svc.tracker.engine.memory_mems(svc.tracker.state, gp.uid, "cuda") is None
 
 

@@ -28,7 +28,7 @@ async def scenario(r: Running) -> CPUSet:
     assert reply is not None
     with pytest.raises(TtrpcStatusError):
         await r.conn.create_container(create(gpod, container(gpod, "odd", 3000, 3000)))
-    temp = container(gpod, "temp", 2000, 2000)
+    temp = container(gpod, "temp", 1500, 1500)  # shared: a stopped exclusive one keeps its CPUs for the pod
     await r.conn.create_container(create(gpod, temp))
     await r.conn.stop_container(api.StopContainerRequest(pod=gpod, container=temp))
     return CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)

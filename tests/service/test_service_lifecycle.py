@@ -81,9 +81,11 @@ async def test_guaranteed_gets_exclusive_cpus_and_shared_containers_shrink_in_th
 
 
 @pytest.mark.parametrize("profile", [CONTAINERD_1_7_24, CONTAINERD_2_3_0], ids=lambda p: p.label)
-async def test_stop_releases_in_the_reply_and_remove_without_stop_rides_on_the_next_reply(
+async def test_stop_keeps_the_cpus_for_the_pod_and_remove_releases_them_on_the_next_reply(
         workdir: Path, profile: RuntimeProfile) -> None:
-    """RemoveContainer arrives as StateChange (v0.6.1) or as its own RPC (v0.12)."""
+    """RemoveContainer arrives as StateChange (v0.6.1) or as its own RPC (v0.12). A stop no longer
+    releases: the kubelet (v1.32 PostStopContainer, reconcileState) keeps an exited container's CPUs
+    for a possible restart until its pod goes."""
     settings = make_settings(workdir)
     async with running(settings, profile) as r:
         all_cpus = r.topology.online
@@ -94,15 +96,17 @@ async def test_stop_releases_in_the_reply_and_remove_without_stop_rides_on_the_n
             assert await r.conn.create_container(create(sb, c)) is not None
         held_by_h = CPUSet.parse(assignments(r.svc)[h.id]["cpus"])
 
+        held_by_g = CPUSet.parse(assignments(r.svc)[g.id]["cpus"])
         stopped = await r.conn.stop_container(api.StopContainerRequest(pod=gpod, container=g))
         assert stopped is not None
-        after_stop = all_cpus - held_by_h  # g's CPUs are back in the shared pool
-        assert cpuset_updates(stopped.update) == {b.id: (str(after_stop), mems_for(r.topology, after_stop))}
+        assert stopped.update == []  # g's CPUs stay with its pod
         assert assignments(r.svc)[g.id]["stopped"]
-        assert g.id not in checkpoint_entries(settings)
+        assert document(r.svc)["pools"]["shared"] == str(all_cpus - held_by_h - held_by_g)
+        assert checkpoint_entries(settings)[g.id]["stopped"]
 
-        assert await r.conn.state_change(api.REMOVE_CONTAINER, gpod, g)
+        assert await r.conn.state_change(api.REMOVE_CONTAINER, gpod, g)  # its last instance: released
         assert g.id not in assignments(r.svc)
+        assert g.id not in checkpoint_entries(settings)
 
         # h goes away without a StopContainer (RemoveContainer only): its CPUs are released, and
         # as a state event has no reply, the growth travels on the next reply the runtime gets

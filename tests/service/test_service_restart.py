@@ -190,8 +190,9 @@ async def test_reconnect_keeps_state_and_resends_after_synchronize(workdir: Path
 
 async def test_sidecar_stays_a_sidecar_across_a_restart(workdir: Path) -> None:
     """A running init container marked as a sidecar keeps that mark (from the checkpoint): when it
-    stops, its CPUs go back to the shared pool instead of being held for reuse. (Pool changes as NRI
-    updates: the containers here have no cgroups to write.)"""
+    stops, its CPUs stay its pod's (kubelet v1.32: nothing releases at a stop) but are not reusable by
+    its pod's next container (updateCPUsToReuse skips restartable init containers); they go back with
+    the pod. (Pool changes as NRI updates: the containers here have no cgroups to write.)"""
     settings = make_settings(workdir, reconcile={"cgroup_writes": False})
     topo = discover(settings.sysfs_root)
     sidecar = container(GOLD, "proxy", 2000, 2000, init=True)
@@ -214,6 +215,10 @@ async def test_sidecar_stays_a_sidecar_across_a_restart(workdir: Path) -> None:
         assert r.conn.sync_updates == []
         assert checkpoint_entries(settings)[sidecar.id]["restartable"]
         stopped = await r.conn.stop_container(api.StopContainerRequest(pod=GOLD, container=sidecar))
-        assert stopped is not None
-        grown = shared | side_cpus
-        assert cpuset_updates(stopped.update) == {burst.id: (str(grown), mems_for(topo, grown))}
+        assert stopped is not None and stopped.update == []
+        assert not r.svc.tracker.state.reusable.get(GOLD.uid)  # a sidecar's CPUs are never reused
+        await r.conn.state_change(api.STOP_POD_SANDBOX, GOLD)
+        grown = topo.online
+        reply = await r.conn.create_container(create(BURST, container(BURST, "late", 100)))
+        assert reply is not None
+        assert cpuset_updates(reply.update) == {burst.id: (str(grown), mems_for(topo, grown))}

@@ -263,6 +263,30 @@ class StaticPolicy:
         first = _take(self.topology, self.options, isolated, k)
         return first | _take(self.topology, self.options, available - isolated - first, n - k)
 
+    def mark_init(self, state: EngineState, pod: str, container: str) -> EngineState:
+        """A container learnt to be a regular init container after its admission (the service tells
+        init from app when it stops): its CPUs become reusable by its pod's next containers, as
+        ``updateCPUsToReuse`` (kubelet v1.32 policy_static.go:285) would have made them at its Allocate."""
+        a = state.get(pod, container)
+        if a is None or (a.init and not a.restartable):
+            return state
+        a = Assignment(a.pod, a.container, a.admitted, a.current, a.exclusive, True, False, a.numa_affinity)
+        state = state.with_changes(put=a)
+        return self._update_reusable(state, a) if a.exclusive else state
+
+    def with_reusable(self, state: EngineState) -> EngineState:
+        """``reusable`` recomputed from the records (rebuild: it is not checkpointed): per pod, the CPUs
+        of regular init containers no other exclusive container of the pod holds."""
+        init: dict[str, int] = {}
+        other: dict[str, int] = {}
+        for a in state.assignments.values():
+            if a.exclusive:
+                into = init if a.init and not a.restartable else other
+                into[a.pod] = into.get(a.pod, 0) | a.current.mask
+        reusable = {pod: CPUSet.from_mask(mask & ~other.get(pod, 0)) for pod, mask in init.items()
+                    if mask & ~other.get(pod, 0)}
+        return state.with_changes(reusable=reusable)
+
     # -- removal and restart -----------------------------------------------------------------------
     def remove(self, state: EngineState, pod: str, container: str) -> EngineState:
         """Forget a container and return the exclusive CPUs no sibling still holds to their pool."""
