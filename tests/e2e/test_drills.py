@@ -40,9 +40,12 @@ def test_pods_whose_containers_exit_on_their_own_are_removed_in_the_kubelets_ord
     for _ in range(ROUNDS):
         short = containerd.run_pod("guaranteed", 1000, 1000, command=("sh", "-c", "sleep 0.5"))
         assert wait_for(lambda: containerd.cgroup_cpuset(b) == "0", timeout=10, interval=0.02)
-        # the NRI StopContainer reply grows the pool back the moment the process exits: remove right then
-        assert wait_for(lambda: containerd.cgroup_cpuset(b) == "0-1", timeout=20, interval=0.005)
+        # remove the moment the process has exited (CRI says so before containerd's exit handling ends)
+        sid = short.container_ids[0]
+        assert wait_for(lambda: containerd.cri.container_state(sid) == "EXITED", timeout=20, interval=0.005)  # noqa: B023
         containerd.remove_pod(short, stop_timeout_s=2)
+        # the pod's CPU stays its own until the pod goes (the kubelet's rule), then returns
+        assert wait_for(lambda: containerd.cgroup_cpuset(b) == "0-1", timeout=20, interval=0.02)
     containerd.remove_pod(burst)
 
 

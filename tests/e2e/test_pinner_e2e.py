@@ -150,15 +150,21 @@ def test_resize_through_cri_keeps_the_assignment(containerd: PrivateContainerd) 
     containerd.remove_pod(burst)
 
 
-def test_container_exit_releases_its_cpus(containerd: PrivateContainerd) -> None:
+def test_an_exited_container_keeps_its_cpus_until_its_pod_goes(containerd: PrivateContainerd) -> None:
+    """The kubelet releases an exited container's exclusive CPUs only with its pod (v1.32
+    cpu_manager.go reconcileState skips terminated containers, removeStaleState keeps every container
+    of an active pod): StopContainer, which arrives when the process exits, keeps them; StopPodSandbox
+    gives them back."""
     start_pinner(containerd)
     burst = containerd.run_pod("burstable", 250, 500)
     (b,) = burst.container_ids
     short = containerd.run_pod("guaranteed", 1000, 1000, command=("sh", "-c", "sleep 2"))
-    # StopContainer arrives when the process exits, with no CRI call; its reply grows the pool back
+    containerd.cri.wait_exited(short.container_ids[0], timeout=20)
+    time.sleep(0.5)  # past the StopContainer reply
+    assert containerd.cgroup_cpuset(b) == "0" and containerd.cpus_allowed_list(b) == "0"
+    containerd.remove_pod(short, stop_timeout_s=2)
     assert wait_for(lambda: containerd.cgroup_cpuset(b) == "0-1", timeout=20)
     assert containerd.cpus_allowed_list(b) == "0-1"
-    containerd.remove_pod(short, stop_timeout_s=2)
     containerd.remove_pod(burst)
 
 
