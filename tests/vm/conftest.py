@@ -1,0 +1,79 @@
+"""The VM node tier's fixture: ``node_vm``, one boot per configuration (topology, cgroup driver) of the
+profile in $NRI_PINNER_VM_PROFILE, running every part in tests/vm/parts once; tests assert on
+``node_vm.part("<name>")``.
+
+Profiles: ``ci`` (default) — 2s2c2t/systemd; ``long`` — 2s2c2t and snc4, each under both drivers;
+``off`` — no boot. Without root or QEMU the tests skip, unless NRI_PINNER_VM_REQUIRED=1 (./scripts/test
+as root) makes that a failure. Image-build and boot figures go to the terminal summary.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from .guest import GuestRun, VMError, boot, missing_requirements
+
+PROFILES: dict[str, list[tuple[str, str]]] = {
+    "ci": [("2s2c2t", "systemd")],
+    "long": [("2s2c2t", "systemd"), ("2s2c2t", "cgroupfs"), ("snc4", "systemd"), ("snc4", "cgroupfs")],
+    "off": [],
+}
+PROFILE = os.environ.get("NRI_PINNER_VM_PROFILE", "ci")
+REQUIRED = os.environ.get("NRI_PINNER_VM_REQUIRED") == "1"
+_runs: list[GuestRun] = []
+_failures: list[str] = []
+
+
+def _configurations() -> list[tuple[str, str]]:
+    if PROFILE not in PROFILES:
+        raise pytest.UsageError(f"NRI_PINNER_VM_PROFILE={PROFILE!r}: one of {', '.join(PROFILES)}")
+    return PROFILES[PROFILE]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "node_vm" not in metafunc.fixturenames:
+        return
+    configs = _configurations()
+    if configs:
+        metafunc.parametrize("node_vm", configs, ids=[f"{t}-{d}" for t, d in configs], indirect=True,
+                             scope="session")
+    else:
+        metafunc.parametrize("node_vm", [None], ids=["off"], indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
+def node_vm(request: pytest.FixtureRequest) -> Iterator[GuestRun]:
+    config: tuple[str, str] | None = request.param
+    if config is None:
+        pytest.skip("NRI_PINNER_VM_PROFILE=off")
+    reason = missing_requirements()
+    if reason is not None:
+        if REQUIRED:
+            pytest.fail(f"NRI_PINNER_VM_REQUIRED=1 but {reason}")
+        pytest.skip(reason)
+    topology, driver = config
+    try:
+        run = boot(topology, driver)
+    except VMError as exc:
+        _failures.append(f"{topology}/{driver}: {str(exc).splitlines()[0]}")
+        raise
+    _runs.append(run)
+    yield run
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _runs and not _failures:
+        return
+    terminalreporter.section("VM node tier (QEMU TCG)")
+    for run in _runs:
+        boot_text = "never started" if run.boot_seconds is None else f"{run.boot_seconds:.1f} s"
+        parts = ", ".join(f"{name} {secs:.0f} s" for name, secs in run.part_seconds.items())
+        terminalreporter.write_line(
+            f"{run.topology}/{run.driver}: image {run.image_seconds:.1f} s, boot {boot_text}, "
+            f"total {run.seconds:.1f} s{' (TIMED OUT)' if run.timed_out else ''}; parts: {parts or 'none ran'}")
+        terminalreporter.write_line(f"  results {run.out}, console {run.console}")
+    for failure in _failures:
+        terminalreporter.write_line(f"FAILED to boot {failure}")
