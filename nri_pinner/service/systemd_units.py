@@ -2,8 +2,8 @@
 
 Why: under the systemd cgroup driver every container runs in a transient scope
 (`cri-containerd-<id>.scope`) whose `AllowedCPUs` / `AllowedMemoryNodes` runc set from the create's
-cpuset. Whenever systemd re-applies that unit's cgroup settings (a sibling scope's
-SetUnitProperties — what runc does on every UpdateContainerResources —, set-property on the scope;
+cpuset. Whenever systemd re-applies that unit's cgroup settings (set-property or a runc update on
+the scope; after any daemon-reload, a sibling's runc update or a container started in the pod;
 docs/systemd-reapply.md) it writes those stale values back over a direct cgroup write, and a shared
 container is back on CPUs made exclusive since. Setting the scope's properties at runtime through
 `SetUnitProperties(name, runtime=true, …)`, as runc's systemd manager does on an update, makes

@@ -56,7 +56,7 @@ def node_vm(request: pytest.FixtureRequest) -> Iterator[GuestRun]:
         pytest.skip(reason)
     topology, driver = config
     try:
-        run = boot(topology, driver)
+        run = boot(topology, driver, env={"VM_PROFILE": PROFILE})  # parts may run less in "ci"
     except VMError as exc:
         _failures.append(f"{topology}/{driver}: {str(exc).splitlines()[0]}")
         raise
