@@ -10,7 +10,7 @@ container is back on CPUs made exclusive since. Setting the scope's properties a
 systemd hold what we wrote: a re-application is then a no-op. systemd writes the cgroup itself.
 
 Cost: one D-Bus call per changed scope, all of a pass sent at once and their replies collected
-together (one round trip per pass, not per container). Default bus: systemd's private socket
+together (no wait between calls; systemd still handles them one by one). Default bus: systemd's private socket
 `/run/systemd/private` — a direct connection that needs no dbus-daemon and on which systemd grants
 root callers without polkit (the system bus socket works too: Hello is sent there).
 Failures (no socket, a refused or late call) are reported per unit; the caller then falls back
