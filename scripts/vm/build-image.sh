@@ -24,6 +24,11 @@ die() { echo "build-image.sh: error: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap, chroot)"
 [ -x "$containerd2/usr/bin/containerd" ] || die "$containerd2/usr/bin/containerd missing: run scripts/install-runtimes.sh"
 
+# One build at a time (concurrent callers wait, then find the image current).
+mkdir -p "$build_dir"
+exec 9>"$build_dir/.build.lock"
+flock 9
+
 # --- inputs and their hash ---------------------------------------------------------------------------
 # Python pins: the runtime dependencies at the versions the host's dev venv runs (so the guest runs what
 # the unit tests ran), else pyproject's bound; pytest and pytest-asyncio at pyproject's dev pins.
