@@ -3,8 +3,10 @@ profile in $NRI_PINNER_VM_PROFILE, running every part in tests/vm/parts once; te
 ``node_vm.part("<name>")``.
 
 Profiles: ``ci`` (default) — 2s2c2t/systemd; ``long`` — 2s2c2t and snc4, each under both drivers;
-``off`` — no boot. Without root or QEMU the tests skip, unless NRI_PINNER_VM_REQUIRED=1 (./scripts/test
-as root) makes that a failure. Image-build and boot figures go to the terminal summary.
+``off`` — no boot. NRI_PINNER_VM_PARTS="10-node-facts ..." boots with only those parts (use -k for their
+tests; the others then fail, naming the parts that ran). Without root or QEMU the tests skip, unless
+NRI_PINNER_VM_REQUIRED=1 (./scripts/test as root) makes that a failure. Image-build and boot figures go to
+the terminal summary.
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ def node_vm(request: pytest.FixtureRequest) -> Iterator[GuestRun]:
             pytest.fail(f"NRI_PINNER_VM_REQUIRED=1 but {reason}")
         pytest.skip(reason)
     topology, driver = config
+    only = os.environ.get("NRI_PINNER_VM_PARTS", "").replace(",", " ").split()
     try:
-        run = boot(topology, driver, env={"VM_PROFILE": PROFILE})  # parts may run less in "ci"
+        run = boot(topology, driver, only or None, env={"VM_PROFILE": PROFILE})  # parts may run less in "ci"
     except VMError as exc:
         _failures.append(f"{topology}/{driver}: {str(exc).splitlines()[0]}")
         raise
