@@ -41,6 +41,15 @@ class ContainerdSettings:
     snapshotter: str = "overlayfs"
     nri_registration_timeout: str = "5s"
     nri_request_timeout: str = "2s"
+    systemd_cgroup: bool = False  # runc's cgroup driver: systemd (scopes under slices) or cgroupfs
+
+
+def settings_from_env(sandbox_image: str) -> ContainerdSettings:
+    """The node's driver and NRI timeouts (node_env: the VM guest sets systemd and emulation-sized values)."""
+    from . import node_env
+
+    return ContainerdSettings(sandbox_image, nri_registration_timeout=node_env.NRI_REGISTRATION_TIMEOUT,
+                              nri_request_timeout=node_env.NRI_REQUEST_TIMEOUT, systemd_cgroup=node_env.SYSTEMD)
 
 
 def _q(value: object) -> str:
@@ -78,7 +87,7 @@ state = {_q(p.state)}
 
 
 def _runc_runtime(prefix: str, p: ContainerdPaths, s: ContainerdSettings, extra: str = "") -> str:
-    # cgroupfs driver (SystemdCgroup = false) and a private runc state root.
+    # The cgroup driver the kubelet would be configured with, and a private runc state root.
     return f"""
 [{prefix}.containerd]
   default_runtime_name = "runc"
@@ -87,7 +96,7 @@ def _runc_runtime(prefix: str, p: ContainerdPaths, s: ContainerdSettings, extra:
   runtime_type = "io.containerd.runc.v2"
 
 [{prefix}.containerd.runtimes.runc.options]
-  SystemdCgroup = false
+  SystemdCgroup = {"true" if s.systemd_cgroup else "false"}
   BinaryName = {_q(s.runc_binary)}
   Root = {_q(p.runc_root)}
 """

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import host_cleanup as hc
-from .containerd_config import ContainerdPaths, ContainerdSettings, render_config
+from . import node_env
+from .containerd_config import ContainerdPaths, render_config, settings_from_env
 from .cri_client import CriClient
-from .kubelet_model import ContainerResources, QOSClass
+from .kubelet_model import ContainerResources, QOSClass, expand_slice
 from .oci_image import build_busybox_image
 from .plugins import PluginProcess, find_active_plugin
 from .pods import PodHandle, add_container, remove_pod, run_pod
@@ -31,7 +32,7 @@ from .procfs import read_cpus_allowed_list
 BUSYBOX_IMAGE = "e2e.local/busybox:1"
 PAUSE_IMAGE = "e2e.local/pause:1"
 RUN_BASE = Path("/run/nri-pinner-e2e")
-START_TIMEOUT = 30.0
+START_TIMEOUT = node_env.START_TIMEOUT  # 30 s here; the emulated VM guest sets more (node_env)
 
 
 class HarnessError(RuntimeError):
@@ -132,7 +133,7 @@ class PrivateContainerd:
             d.mkdir(parents=True, exist_ok=True)
         if self.log_path.exists():
             self.log_path.replace(self.log_path.with_suffix(".log.prev"))
-        self.config_path.write_text(render_config(self.install.major, self.paths, ContainerdSettings(PAUSE_IMAGE)))
+        self.config_path.write_text(render_config(self.install.major, self.paths, settings_from_env(PAUSE_IMAGE)))
         self._spawn()
         self._import_images()
         return self
@@ -238,7 +239,10 @@ class PrivateContainerd:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self._cgroups_record.exists():
             for parent in sorted(set(self._cgroups_record.read_text().split())):
-                hc.remove_cgroup_tree(parent)
+                if parent.endswith(".slice"):
+                    hc.stop_pod_slice(parent.rsplit("/", 1)[-1])  # systemd driver: the slice is systemd's
+                else:
+                    hc.remove_cgroup_tree(parent)
             self._cgroups_record.unlink()
 
     def record_pod_cgroup(self, cgroup_parent: str) -> None:
@@ -274,6 +278,7 @@ class PrivateContainerd:
 
     def wait_for_log(self, pattern: str | re.Pattern[str], since: int = 0, timeout: float = 15.0) -> re.Match[str]:
         regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+        timeout = node_env.scaled(timeout)
         deadline = time.monotonic() + timeout
         while True:
             found = regex.search(self.log_text(since))
@@ -286,6 +291,7 @@ class PrivateContainerd:
     def wait_plugin_active(self, name: str | None = None, since: int = 0, timeout: float = 15.0) -> str:
         """Wait until a plugin (``<idx>-<name>``, or any) registered after log offset ``since`` is active:
         use after restart() for pre-installed plugins."""
+        timeout = node_env.scaled(timeout)
         deadline = time.monotonic() + timeout
         while (found := find_active_plugin(self.log_text(since), name)) is None:
             if time.monotonic() > deadline:
@@ -305,7 +311,7 @@ class PrivateContainerd:
         registered "<idx>-<name>", or any plugin when None). Its output goes to ``.log_path``."""
         plugin = PluginProcess.spawn(self, argv, env=env)
         self.plugins.append(plugin)
-        plugin.wait_connected(name, timeout)
+        plugin.wait_connected(name, node_env.scaled(timeout))
         return plugin
 
     def install_preinstalled_plugin(self, index_name: str, executable: Path, config: bytes | None = None) -> Path:
@@ -329,10 +335,24 @@ class PrivateContainerd:
         _, info = self.cri.container_status(container_id)
         return str(info["runtimeSpec"]["linux"]["cgroupsPath"])
 
+    def cgroup_dir(self, container_id: str, controller: str = "cpuset") -> Path:
+        """The container's cgroup directory (v1: in ``controller``'s hierarchy). cgroupsPath is a path
+        under the cgroupfs driver; under systemd it is runc's "<slice>:<prefix>:<name>", the scope
+        "<prefix>-<name>.scope" inside the expanded slice."""
+        path = self.container_cgroups_path(container_id)
+        if not path.startswith("/") and path.count(":") == 2:
+            slice_name, prefix, name = path.split(":")
+            path = expand_slice(slice_name) + (f"/{prefix}-{name}.scope" if prefix else f"/{name}")
+        rel = path.lstrip("/")
+        v1 = hc.CGROUP_ROOT / controller
+        return v1 / rel if v1.is_dir() else hc.CGROUP_ROOT / rel
+
+    def scope_unit(self, container_id: str) -> str:
+        """The container's systemd unit (systemd driver), e.g. "cri-containerd-<id>.scope"."""
+        return self.cgroup_dir(container_id).name
+
     def _cpuset_file(self, container_id: str) -> Path:
-        rel = self.container_cgroups_path(container_id).lstrip("/")
-        v1 = hc.CGROUP_ROOT / "cpuset"
-        return (v1 / rel if v1.is_dir() else hc.CGROUP_ROOT / rel) / "cpuset.cpus"
+        return self.cgroup_dir(container_id) / "cpuset.cpus"
 
     def cpus_allowed_list(self, container_id: str) -> str:
         """``Cpus_allowed_list`` of the container's main process, e.g. "0-1"."""

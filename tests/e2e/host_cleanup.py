@@ -171,6 +171,14 @@ def remove_cgroup_tree(relative: str, timeout: float = 5.0) -> None:
                     time.sleep(0.05)
 
 
+def stop_pod_slice(unit: str) -> None:
+    """systemd driver: stop a pod's slice (kills what is left in it; systemd removes the cgroups).
+    Only kubelet pod slices, e.g. kubepods-burstable-pod<uid>.slice."""
+    if not re.fullmatch(r"kubepods(-[a-z]+)?-pod[0-9a-f_]+\.slice", unit):
+        raise ValueError(f"refusing to stop unit {unit!r}: not a kubepods pod slice")
+    subprocess.run(["systemctl", "stop", unit], capture_output=True, check=False, timeout=120)
+
+
 def _start_time(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]

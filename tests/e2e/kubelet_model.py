@@ -1,4 +1,4 @@
-"""What the kubelet puts into CRI requests, modelled on kubernetes pkg/kubelet (cgroupfs driver).
+"""What the kubelet puts into CRI requests, modelled on kubernetes pkg/kubelet (cgroupfs or systemd driver).
 
 Sources (kubernetes/kubernetes): ``pkg/kubelet/cm/helpers_linux.go`` (MilliCPUToShares, milliCPUToQuota),
 ``pkg/kubelet/kuberuntime/kuberuntime_container_linux.go`` (calculateLinuxResources: shares from the
@@ -143,11 +143,38 @@ def pod_linux_resources(containers: Sequence[ContainerResources]) -> dict[str, i
     return fields
 
 
-def cgroup_parent(qos: QOSClass, pod_uid: str) -> str:
-    """The kubelet's pod cgroup (cgroupfs spelling)."""
-    if qos is QOSClass.GUARANTEED:
-        return f"/kubepods/pod{pod_uid}"
-    return f"/kubepods/{qos.value}/pod{pod_uid}"
+def cgroup_parent(qos: QOSClass, pod_uid: str, driver: str = "cgroupfs") -> str:
+    """The kubelet's pod cgroup as it sends it in PodSandboxConfig.linux.cgroup_parent.
+
+    kubelet v1.32 (kubeedge/kubeedge vendor/k8s.io/kubernetes/pkg/kubelet/cm/): the pod's CgroupName is
+    [kubepods, <qos> (not for Guaranteed), pod<uid>] (pod_container_manager_linux.go
+    GetPodContainerName, qos_container_manager_linux.go); cgroup_manager_linux.go Name() spells it
+    ToCgroupfs() ("/kubepods/burstable/pod<uid>") or, with the systemd driver, ToSystemd(): each part's
+    "-" escaped to "_" (escapeSystemdCgroupName), joined by "-" + ".slice", then runc's ExpandSlice
+    ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice"). containerd keeps
+    the last element as the scope's slice."""
+    parts = ["kubepods"] + ([] if qos is QOSClass.GUARANTEED else [qos.value]) + [f"pod{pod_uid}"]
+    if driver == "cgroupfs":
+        return "/" + "/".join(parts)
+    if driver != "systemd":
+        raise ValueError(f"unknown cgroup driver {driver!r}")
+    return expand_slice("-".join(p.replace("-", "_") for p in parts) + ".slice")
+
+
+def expand_slice(slice_name: str) -> str:
+    """runc libcontainer/cgroups/systemd ExpandSlice: "a-b-c.slice" -> "/a.slice/a-b.slice/a-b-c.slice"."""
+    stem = slice_name.removesuffix(".slice")
+    if stem == slice_name or "/" in stem or not stem:
+        raise ValueError(f"not a slice name: {slice_name!r}")
+    if stem == "-":
+        return "/"
+    path, prefix = "", ""
+    for component in stem.split("-"):
+        if not component:
+            raise ValueError(f"invalid slice name {slice_name!r}")
+        path += f"/{prefix}{component}.slice"
+        prefix += component + "-"
+    return path
 
 
 def pod_labels(name: str, namespace: str, uid: str, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from . import node_env
 from .harness import PrivateContainerd
 from .plugins import PluginProcess
 
@@ -32,7 +33,7 @@ class Pinner:
     def status(self, as_json: bool = True) -> Any:
         argv = [sys.executable, "-m", "nri_pinner", "status", "--socket", str(self.inspect_socket)]
         out = subprocess.run([*argv, "--json"] if as_json else argv, check=True, capture_output=True,
-                             text=True, timeout=30).stdout
+                             text=True, timeout=node_env.scaled(30)).stdout
         return json.loads(out) if as_json else out
 
     def assignment(self, container_id: str) -> Mapping[str, Any]:
@@ -55,6 +56,8 @@ def config_text(runtime: PrivateContainerd, workdir: Path, *, test_settings: boo
         "state": {"checkpoint": str(workdir / "checkpoint.json")},
         "inspect": {"socket": str(workdir / "inspect.sock")},
     }
+    if node_env.SYSTEMD_TIMEOUT:  # an emulated node's systemd answers D-Bus calls slowly
+        base["reconcile"]["systemd_timeout_seconds"] = float(node_env.SYSTEMD_TIMEOUT)
     if test_settings:
         base["cpu_manager"] = {"reserved_cpus": "0"}
         base["reconcile"]["period_seconds"] = 1.0
@@ -76,7 +79,7 @@ def start_pinner(runtime: PrivateContainerd, workdir: Path | None = None, *, tes
     process = runtime.start_plugin([sys.executable, "-m", "nri_pinner", "run", "--config", str(config)],
                                    name=PLUGIN_NAME, timeout=timeout)
     pinner = Pinner(runtime, process, config, workdir / "inspect.sock", workdir / "checkpoint.json")
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + node_env.scaled(15)
     while not pinner.inspect_socket.exists():
         if time.monotonic() > deadline:
             raise RuntimeError(f"no inspection socket:\n{process.log_text()[-3000:]}")
@@ -102,7 +105,7 @@ def preinstalled(runtime: PrivateContainerd, monkeypatch: pytest.MonkeyPatch) ->
     try:
         since = runtime.log_offset()
         runtime.restart()
-        runtime.wait_plugin_active(PLUGIN_NAME, since=since, timeout=30)
+        runtime.wait_plugin_active(PLUGIN_NAME, since=since, timeout=30)  # scaled by the harness
         yield Pinner(runtime, None, config, state / "inspect.sock", state / "checkpoint.json")  # type: ignore[arg-type]
     finally:
         assert install(plugin_dir, "90", str(config), uninstall=True) == 0
@@ -110,7 +113,8 @@ def preinstalled(runtime: PrivateContainerd, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
+    """Poll ``predicate`` until true or ``timeout`` (stretched on an emulated node: node_env.scaled)."""
+    deadline = time.monotonic() + node_env.scaled(timeout)
     while time.monotonic() < deadline:
         if predicate():
             return True

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import kubelet_model as km
+from . import node_env
 from .cri_client import CriClient
 from .procfs import catches_signal, memory_capacity_bytes
 
@@ -82,7 +83,7 @@ def run_pod(
     qos_cls = km.QOSClass(qos)
     uid = str(uuid.uuid4())
     name = name or f"e2e-{qos_cls.value}-{uid[:8]}"
-    parent = km.cgroup_parent(qos_cls, uid)
+    parent = km.cgroup_parent(qos_cls, uid, node_env.CGROUP_DRIVER)
     log_dir = pods_dir / f"{namespace}_{name}_{uid}"
     log_dir.mkdir(parents=True, exist_ok=True)
     config = cri.pod_sandbox_config(
@@ -143,6 +144,7 @@ def add_container(
 def _wait_term_trap(cri: CriClient, container_id: str, timeout: float = 5.0) -> None:
     """Wait until the workload's shell has installed its TERM trap: a SIGTERM that arrives before is
     ignored by pid 1, and StopContainer then takes its whole timeout."""
+    timeout = node_env.scaled(timeout)
     deadline = time.monotonic() + timeout
     while True:
         state, info = cri.container_status(container_id)

@@ -1,6 +1,8 @@
 """nri-pinner as a node runs it: real containerd (1.7.24 and 2.1.x), real runc, real cgroups.
 
-This VM has 2 CPUs, so the scenario reserves CPU 0 and hands out one exclusive CPU (CPU 1).
+This VM has 2 CPUs, so the scenario reserves CPU 0 and hands out one exclusive CPU (CPU 1); on a
+bigger node (the VM tier's guest) the shared pool is every other CPU: ALL, and SHARED once CPU 1 is
+exclusive (node_env).
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ import time
 import pytest
 
 from .harness import PrivateContainerd
+from .node_env import all_cpus, cpus_without
 from .pinner import start_pinner, wait_for
 
 CHURN_SECONDS = float(os.environ.get("NRI_PINNER_E2E_CHURN_SECONDS", "60"))
+ALL = all_cpus()  # "0-1" on this VM
+SHARED = cpus_without(1)  # the shared pool while CPU 1 is exclusive: "0" on this VM
 
 
 def _cpus(runtime: PrivateContainerd, cid: str) -> tuple[str, str]:
@@ -25,7 +30,7 @@ def test_guaranteed_exclusive_shared_shrinks_and_grows_in_band(containerd: Priva
     pinner = start_pinner(containerd)
     burst = containerd.run_pod("burstable", 250, 500)
     (b,) = burst.container_ids
-    assert _cpus(containerd, b) == ("0-1", "0-1")
+    assert _cpus(containerd, b) == (ALL, ALL)
     assert pinner.assignment(b)["exclusive"] is False
 
     guar = containerd.run_pod("guaranteed", 1000, 1000)
@@ -33,9 +38,9 @@ def test_guaranteed_exclusive_shared_shrinks_and_grows_in_band(containerd: Priva
     # The Guaranteed container's exclusive CPU, and the Burstable one shrunk in the same CreateContainer reply:
     # no reconcile needed, so check at once.
     assert _cpus(containerd, g) == ("1", "1")
-    assert _cpus(containerd, b) == ("0", "0")
+    assert _cpus(containerd, b) == (SHARED, SHARED)
     doc = pinner.status()
-    assert doc["pools"]["shared"] == "0" and doc["pools"]["exclusive"] == "1" and doc["pools"]["reserved"] == "0"
+    assert doc["pools"]["shared"] == SHARED and doc["pools"]["exclusive"] == "1" and doc["pools"]["reserved"] == "0"
     table = pinner.status(as_json=False)
     assert guar.name in table and "exclusive" in table
     print(f"\ncontainerd {containerd.version}: status with a Guaranteed and a Burstable pod:\n{table}")
@@ -43,8 +48,8 @@ def test_guaranteed_exclusive_shared_shrinks_and_grows_in_band(containerd: Priva
     containerd.remove_pod(guar)
     # The stop gives the pool back to the Burstable container, without a restart: a widening is
     # written after the syncer's settle (README "Pool changes": never urgent), so within ~0.1 s.
-    assert wait_for(lambda: _cpus(containerd, b) == ("0-1", "0-1"), timeout=2.0), _cpus(containerd, b)
-    assert pinner.status()["pools"]["shared"] == "0-1"
+    assert wait_for(lambda: _cpus(containerd, b) == (ALL, ALL), timeout=2.0), _cpus(containerd, b)
+    assert pinner.status()["pools"]["shared"] == ALL
     containerd.remove_pod(burst)
 
 
@@ -52,7 +57,7 @@ def test_strict_reservation_keeps_reserved_cpu_out_of_shared_pool(containerd: Pr
     start_pinner(containerd, cpu_manager={"policy_options": ["strict-cpu-reservation"]})
     burst = containerd.run_pod("besteffort")
     (b,) = burst.container_ids
-    assert _cpus(containerd, b) == ("1", "1")
+    assert _cpus(containerd, b) == (cpus_without(0), cpus_without(0))
     containerd.remove_pod(burst)
 
 
@@ -66,12 +71,12 @@ def test_restart_rebuilds_from_synchronize_and_corrupt_checkpoint(containerd: Pr
     workdir = pinner.checkpoint.parent
     pinner = start_pinner(containerd, workdir)
     assert pinner.assignment(g)["exclusive"] is True and pinner.assignment(g)["cpus"] == "1"
-    assert _cpus(containerd, b) == ("0", "0")
+    assert _cpus(containerd, b) == (SHARED, SHARED)
     log = pinner.process.log_text()
     assert "checkpoint not used" in log and "not JSON" in log
     # new containers are still pinned after the restart
     containerd.remove_pod(guar)
-    assert wait_for(lambda: _cpus(containerd, b) == ("0-1", "0-1"), timeout=2.0), _cpus(containerd, b)
+    assert wait_for(lambda: _cpus(containerd, b) == (ALL, ALL), timeout=2.0), _cpus(containerd, b)
     containerd.remove_pod(burst)
 
 
@@ -112,7 +117,7 @@ def test_drift_repaired_through_cri_under_pod_churn(containerd: PrivateContainer
         while time.monotonic() - started < CHURN_SECONDS:
             containerd.write_cgroup_cpuset(b, "1")  # behind the plugin's back
             drifts += 1
-            if wait_for(lambda: containerd.cgroup_cpuset(b) == "0-1", timeout=5, interval=0.05):
+            if wait_for(lambda: containerd.cgroup_cpuset(b) == ALL, timeout=5, interval=0.05):
                 repaired += 1
             time.sleep(max(0.0, 1.0 - (time.monotonic() - started) % 1.0))
     finally:
@@ -142,7 +147,7 @@ def test_resize_through_cri_keeps_the_assignment(containerd: PrivateContainerd) 
     (g,), (b,) = guar.container_ids, burst.container_ids
     # a kubelet in-place resize sends full resources; the cpuset stays as assigned
     containerd.cri.update_container_resources(b, cpu_shares=512, cpu_quota=80000, cpu_period=100000)
-    assert _cpus(containerd, b) == ("0", "0") and _cpus(containerd, g) == ("1", "1")
+    assert _cpus(containerd, b) == (SHARED, SHARED) and _cpus(containerd, g) == ("1", "1")
     containerd.cri.update_container_resources(g, cpu_shares=1024, cpu_quota=100000, cpu_period=100000)
     assert _cpus(containerd, g) == ("1", "1")
     assert pinner.assignment(g)["exclusive"] is True
@@ -161,10 +166,10 @@ def test_an_exited_container_keeps_its_cpus_until_its_pod_goes(containerd: Priva
     short = containerd.run_pod("guaranteed", 1000, 1000, command=("sh", "-c", "sleep 2"))
     containerd.cri.wait_exited(short.container_ids[0], timeout=20)
     time.sleep(0.5)  # past the StopContainer reply
-    assert containerd.cgroup_cpuset(b) == "0" and containerd.cpus_allowed_list(b) == "0"
+    assert containerd.cgroup_cpuset(b) == SHARED and containerd.cpus_allowed_list(b) == SHARED
     containerd.remove_pod(short, stop_timeout_s=2)
-    assert wait_for(lambda: containerd.cgroup_cpuset(b) == "0-1", timeout=20)
-    assert containerd.cpus_allowed_list(b) == "0-1"
+    assert wait_for(lambda: containerd.cgroup_cpuset(b) == ALL, timeout=20)
+    assert containerd.cpus_allowed_list(b) == ALL
     containerd.remove_pod(burst)
 
 
@@ -176,7 +181,7 @@ def test_preinstalled_nri_pinner_launched_by_containerd(containerd: PrivateConta
         burst = containerd.run_pod("burstable", 250, 500)
         guar = containerd.run_pod("guaranteed", 1000, 1000)
         (b,), (g,) = burst.container_ids, guar.container_ids
-        assert _cpus(containerd, g) == ("1", "1") and _cpus(containerd, b) == ("0", "0")
+        assert _cpus(containerd, g) == ("1", "1") and _cpus(containerd, b) == (SHARED, SHARED)
         status = pinner.status()
         assert status["health"]["mode"] == "pre-installed"
         print(f"\ncontainerd {containerd.version}: pre-installed nri-pinner launched by containerd pins "

@@ -2,7 +2,8 @@
 
 CRI UpdateContainerResources as the kubelet sends a resize (shares + quota/period), reaching the
 plugin as NRI UpdateContainer. 2 CPUs with CPU 0 reserved: one CPU (1) can be exclusive, so a
-grow to 2 is refused. After each step the Cpus_allowed_list of the container and its neighbour.
+grow to 2 is refused (on a bigger node: a grow to every CPU). After each step the Cpus_allowed_list
+of the container and its neighbour.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ import pytest
 
 from . import host_cleanup as hc
 from .harness import PrivateContainerd
+from .node_env import all_cpus, cpus_without, online_cpus
 from .pinner import start_pinner, wait_for
 
 PERIOD = 100_000
 ROUNDS = 3
+ALL = all_cpus()  # "0-1" on this VM
+SHARED = cpus_without(1)  # "0" on this VM: the neighbour's pool while CPU 1 is exclusive
 
 
 def _resize(runtime: PrivateContainerd, cid: str, milli: int) -> None:
@@ -30,9 +34,9 @@ def _resize(runtime: PrivateContainerd, cid: str, milli: int) -> None:
 
 def _quota(runtime: PrivateContainerd, cid: str) -> int:
     """The container's cpu.cfs_quota_us (cgroup v1 cpu controller; v2: the first field of cpu.max)."""
-    rel = runtime.container_cgroups_path(cid).lstrip("/")
-    v1 = hc.CGROUP_ROOT / "cpu" / rel / "cpu.cfs_quota_us"
-    text = v1.read_text() if v1.exists() else (hc.CGROUP_ROOT / rel / "cpu.max").read_text().split()[0]
+    cgroup = runtime.cgroup_dir(cid, "cpu")
+    v1 = cgroup / "cpu.cfs_quota_us"
+    text = v1.read_text() if hc.CGROUP_ROOT.joinpath("cpu").is_dir() else (cgroup / "cpu.max").read_text().split()[0]
     return int(text)
 
 
@@ -45,21 +49,21 @@ def test_resize_fractional_to_exclusive_and_back_and_a_refused_grow(containerd: 
     def allowed() -> tuple[str, str]:
         return containerd.cpus_allowed_list(g), containerd.cpus_allowed_list(b)
 
-    assert allowed() == ("0-1", "0-1")
+    assert allowed() == (ALL, ALL)
 
     _resize(containerd, g, 1000)  # shared -> exclusive
-    assert allowed() == ("1", "0") and _quota(containerd, g) == PERIOD
-    assert containerd.cgroup_cpuset(g) == "1" and containerd.cgroup_cpuset(b) == "0"
+    assert allowed() == ("1", SHARED) and _quota(containerd, g) == PERIOD
+    assert containerd.cgroup_cpuset(g) == "1" and containerd.cgroup_cpuset(b) == SHARED
     doc = pinner.assignment(g)
     assert (doc["exclusive"], doc["cpus"], doc["resize"]["outcome"]) == (True, "1", "to-exclusive")
 
     offset = containerd.log_offset()
     with pytest.raises(grpc.RpcError) as refused:
-        _resize(containerd, g, 2000)  # nothing left to grow into: refused, the call fails
+        _resize(containerd, g, 1000 * len(online_cpus()))  # more than is left to grow into: refused
     text = str(refused.value.details())
     print(f"\ncontainerd {containerd.version}: refused grow -> {refused.value.code()}: {text}")
     assert "InsufficientCPUs" in text and "keeps CPUs 1" in text
-    assert allowed() == ("1", "0") and _quota(containerd, g) == PERIOD  # runc update never ran: old quota
+    assert allowed() == ("1", SHARED) and _quota(containerd, g) == PERIOD  # runc update never ran: old quota
     doc = pinner.assignment(g)
     assert (doc["cpus"], doc["resize"]["outcome"], doc["resize"]["reason"]) == ("1", "refused", "InsufficientCPUs")
     log = containerd.log_text(offset)
@@ -68,15 +72,15 @@ def test_resize_fractional_to_exclusive_and_back_and_a_refused_grow(containerd: 
     _resize(containerd, g, 500)  # exclusive -> shared: both on every CPU again
     # the container's own set comes with the update; the neighbour's widening after the syncer's
     # settle (never urgent, README "Pool changes")
-    assert containerd.cpus_allowed_list(g) == "0-1"
-    assert wait_for(lambda: allowed() == ("0-1", "0-1"), timeout=2.0), allowed()
+    assert containerd.cpus_allowed_list(g) == ALL
+    assert wait_for(lambda: allowed() == (ALL, ALL), timeout=2.0), allowed()
     assert pinner.assignment(g)["resize"]["outcome"] == "to-shared"
-    assert pinner.status()["pools"]["shared"] == "0-1"
+    assert pinner.status()["pools"]["shared"] == ALL
 
     _resize(containerd, g, 1000)  # and once more: the plugin answers after the refusal
-    assert allowed() == ("1", "0")
+    assert allowed() == ("1", SHARED)
     containerd.remove_pod(guar)
-    assert wait_for(lambda: containerd.cpus_allowed_list(b) == "0-1", timeout=2.0)
+    assert wait_for(lambda: containerd.cpus_allowed_list(b) == ALL, timeout=2.0)
     containerd.remove_pod(burst)
 
 
@@ -117,14 +121,14 @@ def test_no_sample_shares_the_cpu_a_resize_made_exclusive(containerd: PrivateCon
             time.sleep(0.2)
             windows.append((began, time.monotonic()))
             _resize(containerd, g, 500)
-            assert wait_for(lambda: containerd.cpus_allowed_list(b) == "0-1", timeout=2.0)
+            assert wait_for(lambda: containerd.cpus_allowed_list(b) == ALL, timeout=2.0)
     finally:
         stop.set()
         sampler.join(5)
     # both reads inside a window: after the resize call began, before the call back to 500m began
     inside = [s for s in samples if any(lo <= s[0] and s[1] < hi for lo, hi in windows)]
     exclusive = [s for s in inside if s[2] == "1"]
-    leaks = [s for s in exclusive if s[3] != "0"]
+    leaks = [s for s in exclusive if s[3] != SHARED]
     print(f"\ncontainerd {containerd.version}: resize window check, {len(samples)} samples, {len(exclusive)} with the "
           f"resized container on CPU 1, {len(leaks)} with its neighbour still on CPU 1")
     assert len(exclusive) >= ROUNDS and leaks == []
@@ -144,7 +148,7 @@ def test_update_of_a_container_the_restarted_plugin_never_synchronized(container
         burst = containerd.run_pod("burstable", 250, 500)  # created first: on 0-1
         guar = containerd.run_pod("guaranteed", 1000, 1000)
         (b,), (g,) = burst.container_ids, guar.container_ids
-        assert wait_for(lambda: containerd.cgroup_cpuset(b) == "0", timeout=10)
+        assert wait_for(lambda: containerd.cgroup_cpuset(b) == SHARED, timeout=10)
         since = containerd.log_offset()
         containerd.restart()  # the pods keep running in their shims; the plugin is launched again
         containerd.wait_plugin_active(PLUGIN_NAME, since=since, timeout=30)
@@ -152,7 +156,7 @@ def test_update_of_a_container_the_restarted_plugin_never_synchronized(container
         allowed = containerd.cpus_allowed_list(b), containerd.cpus_allowed_list(g)
         print(f"\ncontainerd {containerd.version}: after the restart, the burstable pod's resize leaves it on "
               f"{allowed[0]} (Guaranteed on {allowed[1]})")
-        assert allowed == ("0", "1")
+        assert allowed == (SHARED, "1")
         doc = pinner.assignment(b)
         assert doc["exclusive"] is False
         containerd.remove_pod(guar)
