@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from .guest import GuestRun, VMError, boot, missing_requirements
+from .guest import REPO, GuestRun, VMError, boot, missing_requirements
+from .prepare_deb import PrepareError
+from .prepare_deb import prepare as prepare_deb
 
 PROFILES: dict[str, list[tuple[str, str]]] = {
     "ci": [("2s2c2t", "systemd")],
@@ -46,6 +49,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("node_vm", [None], ids=["off"], indirect=True, scope="session")
 
 
+_prepared: list[Path] = []
+
+
 @pytest.fixture(scope="session")
 def node_vm(request: pytest.FixtureRequest) -> Iterator[GuestRun]:
     config: tuple[str, str] | None = request.param
@@ -59,8 +65,10 @@ def node_vm(request: pytest.FixtureRequest) -> Iterator[GuestRun]:
     topology, driver = config
     only = os.environ.get("NRI_PINNER_VM_PARTS", "").replace(",", " ").split()
     try:
+        if not only or "40-deb-unit" in only:
+            _prepared.extend([] if _prepared else [prepare_deb(REPO)])  # the .deb the guest installs, once
         run = boot(topology, driver, only or None, env={"VM_PROFILE": PROFILE})  # parts may run less in "ci"
-    except VMError as exc:
+    except (VMError, PrepareError) as exc:
         _failures.append(f"{topology}/{driver}: {str(exc).splitlines()[0]}")
         raise
     _runs.append(run)
