@@ -266,8 +266,9 @@ def boot(topology: str, driver: str, parts: Sequence[str] | None = None, timeout
          env: Mapping[str, str] | None = None) -> GuestRun:
     """Boot ``topology`` once and run ``parts`` (default: every executable in tests/vm/parts, by name)
     in it, in order; the guest powers off after the last. ``timeout`` (default: the boot allowance +
-    PART_TIMEOUT + 60 s per part) bounds the whole boot: QEMU is killed past it and the parts that did
-    not finish raise from ``GuestRun.part``. ``env`` is added to every part's environment; its
+    PART_TIMEOUT + 60 s per part) bounds the whole boot: QEMU is killed past it, or when the job has
+    not started within the boot allowance (300 s), and the parts that did not finish raise from
+    ``GuestRun.part``. ``env`` is added to every part's environment; its
     PART_TIMEOUT (else $NRI_PINNER_VM_PART_TIMEOUT, else 900) is the per-part limit."""
     if topology not in TOPOLOGIES:
         raise ValueError(f"unknown topology {topology!r}; known: {', '.join(TOPOLOGIES)}")
@@ -315,7 +316,7 @@ def boot(topology: str, driver: str, parts: Sequence[str] | None = None, timeout
                         done_at = now
                     if done_at is not None and now - done_at > POWEROFF_GRACE:
                         break  # every result is written; a guest that does not power off is killed
-                    if now - start > limit:
+                    if now - start > limit or (boot_seconds is None and now - start > BOOT_ALLOWANCE):
                         timed_out = True
                         proc.kill()
                         break
