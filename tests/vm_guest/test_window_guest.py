@@ -45,7 +45,7 @@ EXCLUSIVE_MILLI = 2000  # two CPUs: one whole core (2s2c2t: 2-3)
 ROUNDS = int(os.environ.get("NRI_PINNER_VM_WINDOW_ROUNDS", "1"))
 # After a trigger, systemd's re-application is synchronous with the call; the plugin's repair timer
 # (period 1 s here) would undo a revert within a second or two: sample this long after each.
-TRIGGER_WAIT = float(os.environ.get("NRI_PINNER_VM_TRIGGER_WAIT", "3"))
+TRIGGER_WAIT = float(os.environ.get("NRI_PINNER_VM_TRIGGER_WAIT", "2.5"))
 SYSTEMD_TRIGGERS = ("churn", "qos-slices", "pod-slices", "daemon-reload", "sibling-update", "own-scope",
                     "started-in-pod")
 CGROUPFS_TRIGGERS = ("churn", "sibling-update")
