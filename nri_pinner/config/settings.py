@@ -1,10 +1,6 @@
-"""TOML config → frozen settings. Unknown keys and bad values are errors naming file, line, key and
-reason; every error of a file is reported at once (see problems.py; validate.py adds the host checks).
-To add a key: read it with the section's `_Reader` (`get`/`choice`/`names`, or `report` for a check of
-your own) — that is the one path `config --check`, `run`, `install` and the unit's pre-start check share.
-
-Every key and its default is listed in the README ("Configuration reference"); `nri-pinner config
---defaults` prints the embedded default file, which is the same table in TOML.
+"""TOML config → frozen settings; bad keys and values are errors naming file, line, key and reason, all
+at once (problems.py; validate.py: host checks). Keys are read with a section's `_Reader`, the one path of
+`config --check`, `run`, `install` and the unit's pre-start check. Keys, defaults: README, `config --defaults`.
 """
 
 from __future__ import annotations
@@ -332,10 +328,9 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
                            else f"must be exactly two digits; got {v!r}"),
         on_reject=r.choice("on_reject", d.on_reject, ("fail", "shared")),
         on_timeout=r.choice("on_timeout", d.on_timeout, ("shared", "fail")),
-        budget_margin_ms=r.get("budget_margin_ms", int, d.budget_margin_ms,
-                               lambda v: None if 50 <= v <= 1500 else "must be between 50 and 1500"),
+        budget_margin_ms=r.get("budget_margin_ms", int, d.budget_margin_ms, _seconds_problem(50, 1500)),
         reconnect_max_seconds=r.get("reconnect_max_seconds", float, d.reconnect_max_seconds,
-                                    lambda v: None if 0.1 <= v <= 300 else "must be between 0.1 and 300"),
+                                    _seconds_problem(0.1, 300)),
     )
     r.done()
 
@@ -347,10 +342,9 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
         cgroup_root=r.get("cgroup_root", str, rd.cgroup_root),
         cgroup_writes=r.get("cgroup_writes", bool, rd.cgroup_writes),
         cgroup_v1_skip_rebuilds=r.get("cgroup_v1_skip_rebuilds", bool, rd.cgroup_v1_skip_rebuilds),
-        systemd_bus=r.get("systemd_bus", str, rd.systemd_bus,
-                          lambda v: None if v == "" or v.startswith("/") else 'must be a socket path or ""'),
+        systemd_bus=r.get("systemd_bus", str, rd.systemd_bus, lambda v: None if v[:1] in "/" else "must be a path"),
         systemd_timeout_seconds=r.get("systemd_timeout_seconds", float, rd.systemd_timeout_seconds,
-                                      lambda v: None if 0.01 <= v <= 10 else "must be between 0.01 and 10"),
+                                      _seconds_problem(0.01, 10)),
     )
     r.done()
 

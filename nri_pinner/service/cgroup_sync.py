@@ -35,6 +35,16 @@ SETTLE_SECONDS = 0.002  # the reply goes out first; the pass then overlaps conta
 WIDEN_SETTLE_SECONDS = 0.1  # a pool that only grows is never urgent: let a stop or removal finish first
 
 
+WAIT_SHARE = 0.5  # a start (or a grow) waits for the pass at most this share of the runtime's request timeout
+
+
+def pass_wait_seconds(request_timeout_ms: int) -> float:
+    """How long StartContainer (and a grown resize) waits for the syncer's pass: half the runtime's
+    request timeout (1 s at containerd's default 2 s), so a slow node — or an emulated one, whose
+    runtime is given a longer timeout — is not mistaken for a late pass, and the reply still makes it."""
+    return WAIT_SHARE * (request_timeout_ms / 1000 if request_timeout_ms > 0 else 2.0)
+
+
 def background_priority() -> None:
     """Run this thread at nice 10: on a busy node the runtime's own work for the event (runc, the
     shim) goes first; the writes still finish long before the new container's start."""

@@ -1,36 +1,9 @@
 """NRI event handlers: every container gets its cpuset before it starts; shared containers' pool
 changes are written into their cgroups by the syncer thread (NRI updates in the reply only for
 containers without a cgroup), and an exclusive container's StartContainer waits for those writes,
-so an exclusive CPU is never shared (README "Pool changes").
-
-Exited containers of kubelet pods keep their CPUs for their pod, as the kubelet's CPU manager does
-(v1.32, vendored in kubeedge/kubeedge vendor/k8s.io/kubernetes/pkg/kubelet/):
-- nothing releases CPUs when a container exits: cm/internal_container_lifecycle.go PostStopContainer
-  calls only the topology manager; cpumanager/cpu_manager.go reconcileState skips terminated
-  containers ("we can't call m.RemoveContainer() here because it could remove the allocated cpuset
-  for the container which may be in the process of being restarted");
-- a restarted container gets the same CPUs: policy_static.go Allocate, "container already present
-  in state, skipping" (state is keyed by pod UID and container name, not by runtime container);
-- a regular init container's CPUs are reusable by its pod's later containers, a restartable init
-  (sidecar) or app container's are not: policy_static.go updateCPUsToReuse, allocateCPUs
-  (GetAvailableCPUs().Union(reusableCPUs)); the init container's record stays, overlapping, and
-  RemoveContainer releases only CPUs no sibling holds (getAssignedCPUsOfSiblings);
-- CPUs go back only when the pod is no longer active: cpu_manager.go removeStaleState keeps every
-  init and app container of every pod in activePods (kubelet_pods.go GetActivePods /
-  filterOutInactivePods: not terminal, or still terminating), run before each Allocate and reconcile.
-From NRI's view the pod goes at StopPodSandbox (kuberuntime_manager.go killPodWithSyncResult stops the
-sandbox after killing its containers) or RemovePodSandbox; a container's last RemoveContainer also
-releases its CPUs (the kubelet's GC removes the last instance of a container only with its pod's
-content, kuberuntime_gc.go).
-Which stopped container was a regular init container is decided when it matters (its pod's next
-create): the annotations (intent.py), else the PodResources List (cached; refreshed at the stop),
-else inferred: a container of the pod that exited with status 0 before a new container of its pod
-was created (the kubelet starts the next container only after an init container succeeded:
-kuberuntime_container.go computeInitContainerActions). An inferred init container that is created
-again had been an app container after all: it is admitted afresh if a sibling reused its CPUs.
-
-Runs on the stub's handler thread. The stub cuts a handler off at its budget and answers with
-the matching `fallback_*` result (see `nri_pinner.nri.stub`).
+so an exclusive CPU is never shared (README "Pool changes"). Exited containers of kubelet pods keep
+their CPUs for their pod, as the kubelet does (roles.py). Runs on the stub's handler thread; the stub
+cuts a handler off at its budget and answers with its `fallback_*` result (`nri_pinner.nri.stub`).
 """
 
 from __future__ import annotations
@@ -46,35 +19,25 @@ from ..config import Settings
 from ..engine.admission import AdmissionRequest
 from ..engine.cpumanager.state import Assignment
 from ..engine.cpumanager.static_policy import guaranteed_cpus
-from ..engine.cpuset import EMPTY, CPUSet, CPUSetError
+from ..engine.cpuset import CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
 from .alignment import Intake, memory_entries
-from .cgroup_sync import CgroupSyncer
+from .cgroup_sync import CgroupSyncer, pass_wait_seconds
 from .cgroup_writer import CpusetWriter, unwritable
 from .cgroups import CgroupError
 from .checkpoint_writer import CheckpointWriter, Snapshot
 from .cpuset_sync import reply_updates
-from .intent import GUARANTEED, ContainerIntent, IntentError, cpu_limit_milli, intent_from_nri
+from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
 from .netns import NicLookup
-from .podresources import podresources_of
 from .rebuild import checkpoint_entries, note_unreadable, rebuild, repin_waiting
 from .resize import Resizer
+from .roles import decide_role, mark_sidecars, release_pod, role_at_create
 from .systemd_units import SystemdUnits
 from .tracker import Containers, Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")
-
-WAIT_SHARE = 0.5  # a start (or a grow) waits for the pass at most this share of the runtime's request timeout
-
-
-def pass_wait_seconds(request_timeout_ms: int) -> float:
-    """How long StartContainer (and a grown resize) waits for the syncer's pass: half the runtime's
-    request timeout (1 s at containerd's default 2 s), so a slow node — or an emulated one, whose
-    runtime is given a longer timeout — is not mistaken for a late pass, and the reply still makes it."""
-    return WAIT_SHARE * (request_timeout_ms / 1000 if request_timeout_ms > 0 else 2.0)
-
 
 class AdmissionRefused(Exception):
     """Fails the container create, as a kubelet admission failure would fail the pod."""
@@ -229,8 +192,8 @@ class PinnerPlugin:
             self.nics.wait(req.pod)
         tr = self.tracker
         with tr.lock:
-            intent = self._role_at_create(intent)
-            self._mark_sidecars(intent.pod_key, intent.init)
+            intent = role_at_create(self.tracker, intent)
+            mark_sidecars(self.tracker, intent.pod_key, intent.init)
             request = AdmissionRequest(intent.pod_key, intent.container, intent.qos, intent.request_milli,
                                        intent.limit_milli, init=intent.init, restartable=intent.restartable,
                                        pod_exclusive_cpus=self._pod_cpus(req.pod),
@@ -352,7 +315,7 @@ class PinnerPlugin:
                 # kubelet pod: its CPUs (and memory) stay with the pod (module doc); only whether they
                 # are reusable by the pod's next container depends on what it was
                 if a is not None and not t.intent.role:
-                    self._decide_role(t, final=False)
+                    decide_role(self.tracker, t, final=False)
                 updates = self._pending_updates()
                 self._commit()
                 a = tr.assignment(t)
@@ -401,7 +364,7 @@ class PinnerPlugin:
             for t in tr.containers.in_pod(pod_key):
                 if t.sandbox_id == event.pod.id:
                     t.stopped = True
-            released = self._release_pod(pod_key, event.pod.id)
+            released = release_pod(tr, pod_key, event.pod.id, self._stopped_sandboxes)
             if released:
                 self._repin_waiting()
             self._commit()
@@ -417,106 +380,16 @@ class PinnerPlugin:
             for t in tr.containers.in_pod(pod_key):
                 if t.sandbox_id == event.pod.id:
                     del tr.containers[t.container_id]
-            self._release_pod(pod_key, event.pod.id)
+            release_pod(tr, pod_key, event.pod.id, self._stopped_sandboxes)
             self._stopped_sandboxes.discard(event.pod.id)
             self._repin_waiting()
             self._commit()
 
-    def _release_pod(self, pod_key: str, sandbox_id: str) -> CPUSet:
-        """Drop the pod's records but those a container of another live sandbox of the pod holds (a
-        recreated sandbox's containers, admitted before the old sandbox's removal arrives)."""
-        tr = self.tracker
-        live = {t.key for t in tr.containers.in_pod(pod_key)
-                if t.sandbox_id != sandbox_id and t.sandbox_id not in self._stopped_sandboxes}
-        before = tr.state.exclusive_cpus()
-        for a in tr.state.pod_assignments(pod_key):
-            if a.key not in live:
-                tr.state = tr.engine.remove(tr.state, a.pod, a.container)
-        return before - tr.state.exclusive_cpus()
-
     # -- details ---------------------------------------------------------------------------------
-    def _role_at_create(self, intent: ContainerIntent) -> ContainerIntent:
-        """Before admitting a kubelet pod's container: settle its stopped siblings' roles (their CPUs
-        may be reused now), then its own role from what is known (a restart keeps the old record's)."""
-        if not intent.kubelet:
-            return intent
-        tr = self.tracker
-        key = (intent.pod_key, intent.container)
-        old = tr.by_key(key)
-        for t in tr.containers.in_pod(intent.pod_key):
-            if t.stopped and not t.intent.role and t.key != key and tr.assignment(t) is not None:
-                self._decide_role(t, final=True)
-        if not intent.role and old is not None and old.intent.role:
-            intent = replace(intent, init=old.intent.init, restartable=old.intent.restartable, role=old.intent.role)
-        a = tr.state.get(*key)
-        if old is not None and old.intent.role == "inferred" and a is not None and a.exclusive and a.init:
-            # it comes back: it was an app container (or a sidecar), not an init container; if a
-            # sibling reused its CPUs meanwhile it must not share them: admitted afresh
-            siblings = EMPTY
-            for b in tr.state.pod_assignments(intent.pod_key):
-                if b.exclusive and b.key != key and not (b.init and not b.restartable):
-                    siblings = siblings | b.current
-            if a.current & siblings:
-                tr.state = tr.engine.remove(tr.state, *key)
-                log.warning("container inferred to be an init container was created again: its CPUs were "
-                            "reused by its pod, it gets new ones", pod=f"{intent.namespace}/{intent.pod_name}",
-                            container=intent.container, reused=str(a.current & siblings))
-            intent = replace(intent, init=False, restartable=False, role="")
-        if not intent.role:
-            listed = self._listed(intent.namespace, intent.pod_name, intent.container, refresh=False)
-            if listed is not None:
-                intent = replace(intent, init=not listed, role="podresources")
-        return intent
-
-    def _listed(self, namespace: str, pod: str, container: str, refresh: bool) -> bool | None:
-        source = podresources_of(self.tracker.engine)
-        if source is None:
-            return None
-        listed = source.listed(namespace, pod, container)
-        if listed is None and refresh:
-            source.refresh()  # the fetcher thread lists again; the answer is read at the pod's next create
-        return listed
-
-    def _decide_role(self, t: Tracked, final: bool) -> None:
-        """Was the stopped container a regular init container? PodResources (cached) says when it
-        lists the pod; else, when ``final`` (its pod's next create), inferred from its exit status."""
-        i = t.intent
-        listed = self._listed(i.namespace, i.pod_name, i.container, refresh=not final)
-        if listed is not None:
-            init, role = not listed, "podresources"
-        elif final:
-            init, role = t.exit_code == 0, "inferred"
-        else:
-            return
-        t.intent = replace(i, init=init, restartable=False, role=role)
-        if init:
-            self.tracker.state = self.tracker.engine.mark_init(self.tracker.state, *t.key)
-        log.info("stopped container's role decided", pod=f"{i.namespace}/{i.pod_name}", container=i.container,
-                 role="init" if init else "app", decided_by=role, exit_code=t.exit_code)
-
     def _repin_waiting(self) -> None:
         if self._waiting:
             for message in repin_waiting(self.tracker, self._waiting):
                 log.warning("state repaired", repair=message)
-
-    def _mark_sidecars(self, pod_key: str, creating_init: bool) -> None:
-        """An init container still running when an app container is created is a sidecar: its CPUs
-        must not be reused (kubelet: restartable init containers keep theirs)."""
-        if creating_init:
-            return
-        tr = self.tracker
-        for t in tr.containers.by_pod.get(pod_key, {}).values():  # no copy: only intents and state change
-            if t.intent.init and not t.intent.restartable and not t.stopped:
-                t.intent = replace(t.intent, restartable=True)
-                a = tr.assignment(t)
-                if a is not None:
-                    reusable = dict(tr.state.reusable)
-                    left = reusable.get(pod_key, a.current) - a.current
-                    if left:
-                        reusable[pod_key] = left
-                    else:
-                        reusable.pop(pod_key, None)
-                    tr.state = tr.state.with_changes(put=replace(a, restartable=True), reusable=reusable)
 
     def _pod_cpus(self, pod: api.PodSandbox) -> int | None:
         """Pod scope: the pod's exclusive CPU total from its pod-level quota (kubelet sums limits)."""

@@ -172,7 +172,7 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
         tracked[c.id] = Tracked(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,
                                 started=c.state == api.CONTAINER_RUNNING, stopped=stopped,
                                 exit_code=c.exit_code, applied_cpus=actual or None, applied_mems=mems)
-    state = engine.policy.with_reusable(state.with_shared(shared))  # reusable init CPUs are not checkpointed
+    state = state.with_shared(shared).with_reusable_recomputed()  # reusable init CPUs are not checkpointed
     created = {c.id: (c.created_at or 0) for c in active}  # v0.10+ runtimes only; else the order above
     out.waiting.sort(key=lambda cid: created[cid])
     for cid in prior:

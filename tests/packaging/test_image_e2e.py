@@ -168,6 +168,7 @@ def host_path_map(runtime: PrivateContainerd, scratch: Path) -> dict[str, Path]:
         "/run/containerd": run_dir,
         "/var/lib/nri-pinner": scratch / "state",
         "/run/nri-pinner": scratch / "inspect",
+        "/run/systemd": scratch / "systemd",  # PID 1 here is not systemd: an empty directory, no bus
         "/sys": Path("/sys"),
         "/sys/fs/cgroup": Path("/sys/fs/cgroup"),
         "configmap": config_dir,

@@ -135,6 +135,19 @@ class EngineState:
             exclusive_mask=mask,
         )
 
+    def with_reusable_recomputed(self) -> EngineState:
+        """``reusable`` recomputed from the records (rebuild: it is not checkpointed): per pod, the CPUs
+        of regular init containers no other exclusive container of the pod holds."""
+        init: dict[str, int] = {}
+        other: dict[str, int] = {}
+        for a in self.assignments.values():
+            if a.exclusive:
+                into = init if a.init and not a.restartable else other
+                into[a.pod] = into.get(a.pod, 0) | a.current.mask
+        reusable = {pod: CPUSet.from_mask(mask & ~other.get(pod, 0)) for pod, mask in init.items()
+                    if mask & ~other.get(pod, 0)}
+        return self.with_changes(reusable=reusable)
+
     def with_shared(self, records: Mapping[Key, Assignment]) -> EngineState:
         """A copy with many new shared (non-exclusive) records in one dict copy (rebuild: thousands of
         shared containers, one copy instead of one each). Keys already held keep their record, as a

@@ -274,19 +274,6 @@ class StaticPolicy:
         state = state.with_changes(put=a)
         return self._update_reusable(state, a) if a.exclusive else state
 
-    def with_reusable(self, state: EngineState) -> EngineState:
-        """``reusable`` recomputed from the records (rebuild: it is not checkpointed): per pod, the CPUs
-        of regular init containers no other exclusive container of the pod holds."""
-        init: dict[str, int] = {}
-        other: dict[str, int] = {}
-        for a in state.assignments.values():
-            if a.exclusive:
-                into = init if a.init and not a.restartable else other
-                into[a.pod] = into.get(a.pod, 0) | a.current.mask
-        reusable = {pod: CPUSet.from_mask(mask & ~other.get(pod, 0)) for pod, mask in init.items()
-                    if mask & ~other.get(pod, 0)}
-        return state.with_changes(reusable=reusable)
-
     # -- removal and restart -----------------------------------------------------------------------
     def remove(self, state: EngineState, pod: str, container: str) -> EngineState:
         """Forget a container and return the exclusive CPUs no sibling still holds to their pool."""
