@@ -15,6 +15,7 @@ from pathlib import Path
 
 from svc_harness import (
     KUBELET_CONTAINER_TYPE,
+    Running,
     assignments,
     checkpoint_entries,
     container,
@@ -126,6 +127,18 @@ async def test_a_restarted_container_gets_its_cpus_back_and_they_are_never_share
         assert document(r.svc)["pools"]["shared"] == str(online - cpus)
 
 
+async def first_exits_then_second(r: Running, gpod: api.PodSandbox, exit_code: int) -> tuple[CPUSet, CPUSet]:
+    """Guaranteed "first" created, then stopped with `exit_code`, then "second" created: their CPUs."""
+    first = kubelet_container(gpod, "first", 2000, 2000)
+    reply = await r.conn.create_container(create(gpod, first))
+    assert reply is not None
+    first_cpus = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+    await r.conn.stop_container(api.StopContainerRequest(pod=gpod, container=exited(first, exit_code)))
+    reply = await r.conn.create_container(create(gpod, kubelet_container(gpod, "second", 2000, 2000)))
+    assert reply is not None
+    return first_cpus, CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+
+
 async def test_an_app_container_taken_for_an_init_container_gets_new_cpus_when_it_comes_back(
         workdir: Path) -> None:
     """Without PodResources or annotations, a container that exited 0 before its pod's next create is
@@ -134,15 +147,7 @@ async def test_an_app_container_taken_for_an_init_container_gets_new_cpus_when_i
     settings = make_settings(workdir, reconcile={"cgroup_writes": False})
     async with running(settings, CONTAINERD_2_3_0) as r:
         gpod = pod("gold")
-        first = kubelet_container(gpod, "first", 2000, 2000)
-        reply = await r.conn.create_container(create(gpod, first))
-        assert reply is not None
-        first_cpus = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
-        await r.conn.stop_container(api.StopContainerRequest(pod=gpod, container=exited(first, 0)))
-        second = kubelet_container(gpod, "second", 2000, 2000)
-        reply = await r.conn.create_container(create(gpod, second))
-        assert reply is not None
-        second_cpus = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        first_cpus, second_cpus = await first_exits_then_second(r, gpod, 0)
         assert second_cpus == first_cpus  # reused, as after an init container
         again = kubelet_container(gpod, "first", 2000, 2000, cid="gold-first-1")
         reply = await r.conn.create_container(create(gpod, again))
@@ -155,15 +160,9 @@ async def test_an_app_container_taken_for_an_init_container_gets_new_cpus_when_i
 async def test_an_app_container_that_failed_is_not_reused(workdir: Path) -> None:
     settings = make_settings(workdir, reconcile={"cgroup_writes": False})
     async with running(settings, CONTAINERD_2_3_0) as r:
-        gpod = pod("gold")
-        first = kubelet_container(gpod, "first", 2000, 2000)
-        reply = await r.conn.create_container(create(gpod, first))
-        assert reply is not None
-        first_cpus = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
-        await r.conn.stop_container(api.StopContainerRequest(pod=gpod, container=exited(first, 2)))
-        reply = await r.conn.create_container(create(gpod, kubelet_container(gpod, "second", 2000, 2000)))
-        assert reply is not None  # an init container that fails is retried, never followed: an app container
-        assert CPUSet.parse(reply.adjust.linux.resources.cpu.cpus).isdisjoint(first_cpus)
+        first_cpus, second_cpus = await first_exits_then_second(r, pod("gold"), 2)
+        # an init container that fails is retried, never followed: it was an app container
+        assert second_cpus.isdisjoint(first_cpus)
 
 
 async def test_kept_cpus_survive_a_plugin_restart(workdir: Path) -> None:
