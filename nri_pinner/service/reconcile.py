@@ -127,22 +127,28 @@ class Reconciler:
         return replace(d, desired=desired, mems=mems)
 
     def _write(self, d: Drift) -> tuple[Drift | None, bool]:
-        """Repair in the cgroup under the lock, so no event can change the desired set meanwhile."""
+        """Repair in the cgroup under the lock, so no event can change the desired set meanwhile.
+        systemd is told first, off the lock (a D-Bus round trip must not hold up the handlers); a
+        desired set that changed meanwhile goes to the runtime instead."""
         writer = self.writer
         with self.tracker.lock:
             now = self._current(d)
             if now is None or writer is None:
                 return now, False
+            path = self.tracker.containers[d.container_id].cgroups_path
+        untold = writer.tell_systemd([(path, now.desired, now.mems)])
+        with self.tracker.lock:
+            again = self._current(d)
+            if again is None or (again.desired, again.mems) != (now.desired, now.mems):
+                return again, False
             t = self.tracker.containers[d.container_id]
-            untold = writer.tell_systemd([(t.cgroups_path, now.desired, now.mems)])
             try:
                 writer.apply(t.cgroups_path, now.desired, now.mems)
             except CgroupError as exc:
                 log.info("cgroup repair failed; using the runtime", container=d.name, error=str(exc))
                 return now, False
             if untold:  # repaired, but systemd would undo it again: the runtime's update tells it
-                log.info("systemd scope not updated; using the runtime", container=d.name,
-                         error=untold[t.cgroups_path])
+                log.info("systemd scope not updated; using the runtime", container=d.name, error=untold[path])
                 return now, False
             t.applied_cpus, t.applied_mems = now.desired, now.mems
             return now, True
