@@ -180,15 +180,18 @@ class Reconciler:
         return await self._next_reply(d)
 
     async def _next_reply(self, d: Drift) -> str:
-        await asyncio.to_thread(self._forget, d.container_id)
+        await asyncio.to_thread(self._forget, d.container_id, True)
         return "next-reply"
 
-    def _forget(self, container_id: str) -> None:
-        """The runtime may hold a stale cpuset for this container: the next pass or reply resends it."""
+    def _forget(self, container_id: str, reply: bool = False) -> None:
+        """The runtime may hold a stale cpuset for this container: the next pass or reply resends it.
+        `reply`: only a reply can (no CRI, old NRI, or systemd refused the scope); with cgroup writes
+        on, a started container is in a reply only when marked as a fallback."""
         with self.tracker.lock:
             t = self.tracker.containers.get(container_id)
             if t is not None:
                 t.applied_cpus = None
+                t.fallback = t.fallback or reply
 
     async def _check_online_cpus(self) -> None:
         async with self._online_lock:

@@ -226,3 +226,50 @@ async def test_a_pool_change_tells_systemd_before_it_writes_and_falls_back_when_
             assert (health["unit_calls"], health["unit_failed"]) == (1, 1)
     finally:
         peer.close()
+
+
+async def test_a_drift_repair_tells_systemd_first_and_uses_the_runtime_when_refused(
+        workdir: Path, short_dir: Path) -> None:
+    """The repair timer rewrites a drifted scope's cgroup; under the systemd driver it tells systemd
+    the set before writing (else the next re-application of the scope undoes the repair), and a scope
+    systemd refuses goes to the runtime, whose update tells systemd."""
+    refuse: set[str] = set()
+    seen: list[str] = []
+    bpod = pod("burst", "burstable")
+    b = systemd_driver(container(bpod, "app", 100), bpod)
+    settings = make_settings(workdir, reconcile={"systemd_bus": str(short_dir / "private")})
+    cpuset = Path(settings.reconcile.cgroup_root) / "cpuset" / relative_cgroup_path(b.linux.cgroups_path).strip("/")
+
+    def answer(unit: str, props: list[Any]) -> str | None:
+        seen.append(f"{unit} {(cpuset / 'cpuset.cpus').read_text().strip()} {dict(props)['AllowedCPUs'][1].hex()}")
+        return "org.freedesktop.DBus.Error.AccessDenied" if unit in refuse else None
+
+    peer = DBusPeer(short_dir / "private", answer)
+    try:
+        async with running(settings) as r:
+            online = r.topology.online
+            await r.conn.create_container(create(bpod, b))
+            cpuset.mkdir(parents=True)
+            (cpuset / "cpuset.mems").write_text("0\n")
+            (cpuset / "cpuset.cpus").write_text(f"{online}\n")
+            await r.conn.state_change(api.START_CONTAINER, bpod, b)
+            drifted = CPUSet.parse(str(min(online)))  # someone narrowed it
+            unit = f"cri-containerd-{b.id}.scope"
+            for attempt, path in ((1, "cgroup"), (2, "next-reply")):
+                seen.clear()
+                if attempt == 2:
+                    refuse.add(unit)
+                (cpuset / "cpuset.cpus").write_text(f"{drifted}\n")
+                [drift] = await r.svc.reconciler.tick()
+                assert (drift.actual, drift.desired) == (drifted, online)
+                # systemd was told the whole pool while the cgroup still held the drifted set
+                assert seen == [f"{unit} {drifted} {cpu_mask(online).hex()}"]
+                repaired = r.svc.metrics.registry.get_sample_value("nri_pinner_reconcile_repairs_total",
+                                                                   {"path": path})
+                assert repaired == 1, path
+            # the cgroup was repaired both times; the refused scope's set also rides on the next reply
+            assert CPUSet.parse((cpuset / "cpuset.cpus").read_text()) == online
+            nxt = await r.conn.create_container(create(bpod, systemd_driver(container(bpod, "late", 100), bpod)))
+            assert nxt is not None and b.id in cpuset_updates(nxt.update)
+    finally:
+        peer.close()
