@@ -72,7 +72,7 @@ def man_page() -> str:
         "\\fI/etc/nri\\-pinner/config.toml\\fR",
         "The configuration file; check it with \\fBnri\\-pinner config \\-\\-check\\fR.",
         ".TP",
-        "\\fI/lib/systemd/system/nri\\-pinner.service\\fR",
+        "\\fI/usr/lib/systemd/system/nri\\-pinner.service\\fR",
         "The systemd unit (external plugin mode).",
         ".SH SEE ALSO",
         "\\fBsystemctl\\fR(1), \\fBcontainerd\\fR(8)",

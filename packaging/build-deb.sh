@@ -97,7 +97,7 @@ t2=$(date +%s)
 
 # 3. The staged tree.
 rm -rf "$stage"
-mkdir -p "$stage/DEBIAN" "$stage/usr/lib/nri-pinner" "$stage/lib/systemd/system" "$stage/etc/nri-pinner" \
+mkdir -p "$stage/DEBIAN" "$stage/usr/lib/nri-pinner" "$stage/usr/lib/systemd/system" "$stage/etc/nri-pinner" \
     "$stage/usr/bin" "$doc" "$stage/usr/share/man/man1" "$stage/usr/share/bash-completion/completions" \
     "$stage/usr/share/zsh/vendor-completions" "$stage/usr/share/lintian/overrides"
 cp -a "$broot$venv" "$stage$venv"
@@ -117,7 +117,7 @@ find "$stage$venv/lib" -type f -perm /111 ! -name '*.so' -exec chmod a-x {} +
 find "$stage$venv/lib" -type f -name '*.so' -exec strip --strip-unneeded --remove-section=.comment \
     --remove-section=.note {} +
 [ -z "$(find "$stage$venv" -name '*.pyc' -print -quit)" ] || { echo "build-deb.sh: .pyc in the stage" >&2; exit 1; }
-install -m 0644 "$repo/systemd/nri-pinner.service" "$stage/lib/systemd/system/nri-pinner.service"
+install -m 0644 "$repo/systemd/nri-pinner.service" "$stage/usr/lib/systemd/system/nri-pinner.service"
 install -m 0644 "$repo/nri_pinner/config/default.toml" "$stage/etc/nri-pinner/config.toml"
 ln -s ../lib/nri-pinner/venv/bin/nri-pinner "$stage/usr/bin/nri-pinner"
 gzip -9n <"$build_dir/nri-pinner.1" >"$stage/usr/share/man/man1/nri-pinner.1.gz"

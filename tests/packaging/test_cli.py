@@ -98,6 +98,15 @@ def test_man_page_covers_every_option_and_exit_code() -> None:
         assert res.returncode == 0 and "EXIT STATUS" in res.stdout, res.stderr
 
 
+def test_man_page_files_name_the_packaged_paths() -> None:
+    """The unit ships under /usr/lib/systemd/system (trixie's lintian: aliased-location for /lib), and the
+    man page's FILES says so; tests/packaging/test_deb_package.py checks every FILES path is in the .deb."""
+    files = man_page().split(".SH FILES\n", 1)[1].split("\n.SH ", 1)[0]
+    paths = [ln.removeprefix("\\fI").removesuffix("\\fR").replace("\\-", "-")
+             for ln in files.splitlines() if ln.startswith("\\fI")]
+    assert paths == ["/etc/nri-pinner/config.toml", "/usr/lib/systemd/system/nri-pinner.service"], files
+
+
 def test_completions_know_every_subcommand_and_option(tmp_path: Path) -> None:
     bash, zsh = bash_completion(), zsh_completion()
     script = tmp_path / "c.bash"

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from nri_pinner import __version__
+from nri_pinner.clidoc import man_page
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "nri-pinner.service"
@@ -31,6 +32,9 @@ VERSION = f"{__version__}+deb{ {'bookworm': 12, 'trixie': 13}[SUITE] }"
 PREVIOUS_COMMIT = "6107401"
 CALLS = "/var/log/maint-calls"
 WANTS = "etc/systemd/system/multi-user.target.wants/nri-pinner.service"
+UNIT_PATH = "/usr/lib/systemd/system/nri-pinner.service"
+# merged /usr: these are links into /usr, and trixie's lintian rejects files under them (aliased-location)
+ALIASED_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "libo32")
 
 pytestmark = [
     pytest.mark.slow,
@@ -138,7 +142,7 @@ def test_package_metadata_and_contents(deb: Path) -> None:
     members = subprocess.run(["tar", "-t"], input=control, capture_output=True, check=True).stdout.decode()
     assert {"./conffiles", "./md5sums", "./preinst", "./postinst", "./prerm", "./postrm"} <= set(members.split())
     listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
-    for path in ("./lib/systemd/system/nri-pinner.service", "./etc/nri-pinner/config.toml", "./usr/bin/nri-pinner",
+    for path in (f".{UNIT_PATH}", "./etc/nri-pinner/config.toml", "./usr/bin/nri-pinner",
                  "./usr/share/man/man1/nri-pinner.1.gz", "./usr/share/doc/nri-pinner/changelog.gz",
                  "./usr/share/doc/nri-pinner/copyright", "./usr/share/bash-completion/completions/nri-pinner",
                  "./usr/share/zsh/vendor-completions/_nri-pinner", f".{VENV}/pyvenv.cfg", f".{VENV}/bin/nri-pinner",
@@ -148,6 +152,19 @@ def test_package_metadata_and_contents(deb: Path) -> None:
     assert ".pyc" not in listing and "/wheels/" not in listing  # compiled on the node; nothing built there
     for line in listing.splitlines():  # owned by root whoever built it
         assert line.split()[1] == "root/root", line
+
+
+def test_nothing_is_shipped_under_a_merged_usr_alias(deb: Path) -> None:
+    """trixie's lintian (2.122, packaging/lintian-trixie.sh, run by check-debs.sh) errors with aliased-location
+    on /lib/systemd/system; the host's bookworm lintian does not know the tag. Also: the man page's FILES
+    names what the package installs."""
+    listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
+    paths = {line.split(maxsplit=5)[5].split(" -> ")[0].removeprefix(".") for line in listing.splitlines()}
+    aliased = sorted(p for p in paths if p.strip("/").split("/")[0] in ALIASED_DIRS)
+    assert aliased == [], aliased
+    page = man_page().split(".SH FILES\n", 1)[1].split("\n.SH ", 1)[0].replace("\\-", "-")
+    named = [ln.removeprefix("\\fI").removesuffix("\\fR") for ln in page.splitlines() if ln.startswith("\\fI")]
+    assert named and set(named) <= paths, named
 
 
 def test_lintian_is_clean(deb: Path) -> None:
@@ -189,7 +206,7 @@ def test_files_are_where_the_unit_expects_them(installed_root: Path) -> None:
     assert os.access(installed_root / binary.lstrip("/"), os.X_OK)
     installed_config = installed_root / config.lstrip("/")
     assert installed_config.read_text() == files("nri_pinner.config").joinpath("default.toml").read_text()
-    assert (installed_root / "lib/systemd/system/nri-pinner.service").read_text() == unit
+    assert (installed_root / UNIT_PATH.lstrip("/")).read_text() == unit
     # The unit's pre-start check passes on the shipped config, with the shipped venv.
     (pre,) = [ln.split("=", 1)[1] for ln in unit.splitlines() if ln.startswith("ExecStartPre=")]
     res = chroot(installed_root, *pre.split())
@@ -266,7 +283,7 @@ def test_upgrade_from_previous_build_keeps_unit_and_restarts_it(
     assert chroot(root, "dpkg", "-S", f"{VENV}/pyvenv.cfg").returncode != 0  # the old, unowned venv
     # The operator enabled the unit (what `systemctl enable` leaves behind).
     (root / WANTS).parent.mkdir(parents=True, exist_ok=True)
-    (root / WANTS).symlink_to("/lib/systemd/system/nri-pinner.service")
+    (root / WANTS).symlink_to("/lib/systemd/system/nri-pinner.service")  # where that build put it
     calls(root)
 
     dpkg(root, "-i", str(deb))  # upgrade: old venv moved aside, new files unpacked, then try-restart
@@ -277,6 +294,10 @@ def test_upgrade_from_previous_build_keeps_unit_and_restarts_it(
         "postinst: deb-systemd-invoke try-restart nri-pinner.service",
     ]
     assert (root / WANTS).is_symlink(), "an upgrade must not disable the unit"
+    # The unit moved from /lib to /usr/lib, the same file through merged /usr's link: dpkg must not delete
+    # the new file when it removes the old path (both resolve to it).
+    assert (root / UNIT_PATH.lstrip("/")).read_text() == UNIT.read_text()
+    assert chroot(root, "dpkg", "-S", UNIT_PATH).stdout.startswith("nri-pinner:")
     assert not (root / "usr/lib/nri-pinner/venv.pre-dpkg").exists()
     assert not (root / "usr/lib/nri-pinner/wheels").exists()
     assert chroot(root, "dpkg", "-S", f"{VENV}/pyvenv.cfg").returncode == 0
@@ -292,7 +313,7 @@ def test_upgrade_between_two_builds_of_this_scheme(installed_root: Path, deb: Pa
     the running unit is not stopped, an enabled unit stays enabled, and it is try-restarted."""
     root = installed_root
     (root / WANTS).parent.mkdir(parents=True, exist_ok=True)
-    (root / WANTS).symlink_to("/lib/systemd/system/nri-pinner.service")  # `systemctl enable`
+    (root / WANTS).symlink_to(UNIT_PATH)  # `systemctl enable`
     calls(root)
     dpkg(root, "-i", str(deb))
     assert calls(root) == [

@@ -106,7 +106,7 @@ def test_uninstall_removes_launcher_and_marker(host: Path) -> None:
 def test_refuses_when_the_systemd_unit_is_enabled(host: Path) -> None:
     wants = host / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True)
-    (wants / "nri-pinner.service").symlink_to("/lib/systemd/system/nri-pinner.service")
+    (wants / "nri-pinner.service").symlink_to("/usr/lib/systemd/system/nri-pinner.service")
     rc, out, err = run_install(host)
     assert rc == 2 and out == ""
     assert "systemctl disable --now nri-pinner.service" in err and "every container create would fail" in err
