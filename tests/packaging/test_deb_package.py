@@ -78,7 +78,7 @@ def dpkg(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 SHIM = """#!/bin/sh
-echo "${DPKG_MAINTSCRIPT_NAME:-?}: %(name)s $*" >>%(log)s
+case "$*" in *is-active*) ;; *) echo "${DPKG_MAINTSCRIPT_NAME:-?}: %(name)s $*" >>%(log)s ;; esac
 %(then)s
 """
 
@@ -87,7 +87,9 @@ def add_systemd_shims(root: Path) -> None:
     (root / "run/systemd/system").mkdir(parents=True, exist_ok=True)
     sbin = root / "usr/local/sbin"
     sbin.mkdir(parents=True, exist_ok=True)
-    for name, then in (("systemctl", "exit 0"), ("deb-systemd-invoke", "exit 0"),
+    # `systemctl is-active` answers "active" while /run/unit-active exists (what a test sets up)
+    active = '[ "$2" != is-active ] || [ -e /run/unit-active ]'
+    for name, then in (("systemctl", active), ("deb-systemd-invoke", "exit 0"),
                        ("deb-systemd-helper", 'exec /usr/bin/deb-systemd-helper "$@"')):
         shim = sbin / name
         shim.write_text(SHIM % {"name": name, "log": CALLS, "then": then})
@@ -331,3 +333,28 @@ def test_upgrade_between_two_builds_of_this_scheme(installed_root: Path, deb: Pa
     assert list((root / VENV.lstrip("/")).rglob("nri_pinner/__pycache__/cli.*.pyc"))  # recompiled
     dpkg(root, "-P", "nri-pinner")
     assert not (root / WANTS).is_symlink() and not (root / "usr/lib/nri-pinner").exists()
+
+
+@pytest.mark.parametrize("running", [True, False], ids=["running", "stopped"])
+def test_reinstall_after_remove_restores_a_running_unit(installed_root: Path, deb: Path, running: bool) -> None:
+    """`dpkg -r` stops the unit (prerm) and masks it (postrm); a later `dpkg -i` unmasks and re-enables it,
+    and starts it again when removal stopped it running (an enabled unit was left stopped). A unit that
+    was stopped stays stopped, as on an upgrade (try-restart)."""
+    root = installed_root
+    (root / WANTS).parent.mkdir(parents=True, exist_ok=True)
+    (root / WANTS).symlink_to(UNIT_PATH)  # `systemctl enable --now`
+    if running:
+        (root / "run/unit-active").touch()
+    dpkg(root, "-r", "nri-pinner")
+    (root / "run/unit-active").unlink(missing_ok=True)  # prerm stopped it
+    calls(root)
+    dpkg(root, "-i", str(deb))
+    after = calls(root)
+    assert after[-1] == ("postinst: deb-systemd-invoke start nri-pinner.service" if running
+                         else "postinst: deb-systemd-invoke try-restart nri-pinner.service"), after
+    assert "postinst: deb-systemd-helper enable nri-pinner.service" in after
+    assert (root / WANTS).is_symlink()
+    assert not list((root / "var/lib/nri-pinner").iterdir())  # no marker left behind
+    dpkg(root, "-r", "nri-pinner")
+    dpkg(root, "-i", str(deb))  # removed while stopped this time: not started
+    assert calls(root)[-1] == "postinst: deb-systemd-invoke try-restart nri-pinner.service"
