@@ -59,8 +59,11 @@ if ! "$host_py" -m pip download "${pip_q[@]}" --no-index --find-links "$build_di
     "$host_py" -m pip download "${pip_q[@]}" --no-index --find-links "$build_dir/cache" "${target_args[@]}" \
         -d "$wheels" "${reqs[@]}"
 fi
-compgen -G "$build_dir/cache/setuptools-*.whl" >/dev/null ||
-    "$host_py" -m pip download "${pip_q[@]}" --only-binary=:all: -d "$build_dir/cache" "setuptools>=68"
+setuptools_req=$(sed -n 's/^requires = \["\(setuptools[^"]*\)"\].*/\1/p' "$repo/pyproject.toml")
+[ -n "$setuptools_req" ] || { echo "build-deb.sh: no setuptools in pyproject's [build-system] requires" >&2; exit 1; }
+"$host_py" -m pip download "${pip_q[@]}" --only-binary=:all: --no-index --find-links "$build_dir/cache" \
+    -d "$build_dir/cache" "$setuptools_req" >/dev/null 2>&1 ||
+    "$host_py" -m pip download "${pip_q[@]}" --only-binary=:all: -d "$build_dir/cache" "$setuptools_req"
 src=$build_dir/src
 rm -rf "$src" && mkdir -p "$src"
 # The committed sources only (git archive when it is a checkout), so a dirty build/ never leaks in.
