@@ -115,3 +115,13 @@ def covering_mount(path: str, all_mounts: list[Mount]) -> Mount | None:
         ):
             best = m
     return best
+
+
+def kustomization(tmp_path: Path, name: str, resources: list[Path], components: list[Path]) -> Path:
+    """A kustomization in tmp_path combining the repo's directories (as an operator's own would)."""
+    d = tmp_path / name
+    d.mkdir()
+    body = {"resources": [os.path.relpath(r, d) for r in resources],
+            "components": [os.path.relpath(c, d) for c in components]}
+    (d / "kustomization.yaml").write_text(yaml.safe_dump(body))
+    return d

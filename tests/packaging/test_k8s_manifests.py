@@ -4,7 +4,6 @@ keeps from coming back."""
 
 from __future__ import annotations
 
-import os
 import posixpath
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ from k8s_manifests import (  # noqa: E402  (after the importorskip above)
     config_table,
     configmap_settings,
     covering_mount,
+    kustomization,
     mounts,
     objects,
     one,
@@ -41,6 +41,7 @@ from nri_pinner.install import DEPLOYMENT_ENV  # noqa: E402
 OVERLAYS = sorted(p.parent for p in (KUBE_DIR / "overlays").glob("*/kustomization.yaml"))
 NODE_GROUPS = [d for d in OVERLAYS if (d / "config.toml").exists()]
 DEPLOYABLE = [BASE, *OVERLAYS]
+NAMESPACE_DIR = KUBE_DIR / "namespace"
 KUBERNETES_VERSION = "1.32.0"  # the kubectl from Debian trixie
 NOT_BUILT_IN = {"ServiceMonitor"}  # CRDs: kubernetes-validate knows built-in kinds only
 NODE_GROUP_LABEL = "nri-pinner.io/node-group"
@@ -70,27 +71,19 @@ def flat(table: dict[str, Any]) -> dict[tuple[str, str], Any]:
     return out
 
 
-def kustomization(tmp_path: Path, name: str, resources: list[Path], components: list[Path]) -> Path:
-    """A kustomization in tmp_path combining the repo's directories (as an operator's own would)."""
-    d = tmp_path / name
-    d.mkdir()
-    body = {"resources": [os.path.relpath(r, d) for r in resources],
-            "components": [os.path.relpath(c, d) for c in components]}
-    (d / "kustomization.yaml").write_text(yaml.safe_dump(body))
-    return d
-
-
 # ---------------------------------------------------------------------------------------- rendering
 
-@pytest.mark.parametrize("directory", DEPLOYABLE, ids=ids(DEPLOYABLE))
+@pytest.mark.parametrize("directory", [*DEPLOYABLE, NAMESPACE_DIR], ids=ids([*DEPLOYABLE, NAMESPACE_DIR]))
 def test_every_kustomization_renders_and_passes_strict_validation(directory: Path, tmp_path: Path) -> None:
     res = validate(tmp_path, render_text(directory))
     assert res.returncode == 0, res.stdout + res.stderr
     kinds = sorted(d["kind"] for d in render(directory))
-    assert {"Namespace", "ConfigMap", "DaemonSet"} <= set(kinds)
+    if directory == NAMESPACE_DIR:  # applied once; no node group renders it (test_k8s_overlays.py)
+        assert kinds == ["Namespace"]
+        return
+    assert {"ConfigMap", "DaemonSet"} <= set(kinds) and "Namespace" not in kinds
     for obj in render(directory):
-        if obj["kind"] != "Namespace":
-            assert obj["metadata"]["namespace"] == "nri-pinner", obj["metadata"]["name"]
+        assert obj["metadata"]["namespace"] == "nri-pinner", obj["metadata"]["name"]
 
 
 def test_strict_validation_rejects_an_unknown_field(tmp_path: Path) -> None:
@@ -180,7 +173,7 @@ def test_sockets_are_mounted_read_only_and_only_owned_paths_are_writable() -> No
 
 
 def test_pod_security_admission_allows_the_namespace() -> None:
-    labels = one(BASE, "Namespace")["metadata"]["labels"]
+    labels = one(NAMESPACE_DIR, "Namespace")["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"  # hostPath is beyond "baseline"
 
 
