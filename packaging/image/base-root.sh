@@ -12,8 +12,9 @@ suite=${NRI_PINNER_SUITE:-bookworm}  # bookworm | trixie (the suite the .deb is 
 include=python3,ca-certificates
 root=$build_dir/rootfs-$suite-base
 stamp=$root/.nri-pinner-base-root
+key="$suite $include copyright-kept"  # a root made before copyright files were kept is made again
 
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$suite $include" ]; then
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ]; then
     echo "$root"
     exit 0
 fi
@@ -44,10 +45,13 @@ mkdir -p "$build_dir"
 start=$(date +%s)
 echo "== debootstrap $suite ($mirror, minbase, +$include) into $root" >&2
 debootstrap --variant=minbase --include="$include" "$suite" "$partial" "$mirror" >&2
-# Keep it small: apt lists and caches, docs and man pages are of no use in an image.
+# Keep it small: apt lists and caches, docs and man pages are of no use in an image. Each package's
+# /usr/share/doc/PKG/copyright stays (its license terms travel with the binaries, as in Debian's images).
 rm -rf "$partial"/var/lib/apt/lists/* "$partial"/var/cache/apt/*.bin "$partial"/var/cache/apt/archives/*.deb \
-    "$partial"/usr/share/doc/* "$partial"/usr/share/man/* "$partial"/usr/share/info/* "$partial"/var/log/*.log
-echo "$suite $include" >"$partial/.nri-pinner-base-root"
+    "$partial"/usr/share/man/* "$partial"/usr/share/info/* "$partial"/var/log/*.log
+find "$partial/usr/share/doc" -mindepth 2 ! -type d ! -name copyright -delete  # depth 1: PKG dirs, links
+find "$partial/usr/share/doc" -mindepth 1 -type d -empty -delete
+echo "$key" >"$partial/.nri-pinner-base-root"
 rm -rf "$root"
 mv "$partial" "$root"
 echo "== base root ready in $(( $(date +%s) - start )) s: $(du -sh "$root" | cut -f1)" >&2

@@ -3,7 +3,8 @@
 # root (cached, see base-root.sh) + the project's .deb installed with dpkg, packed as an OCI
 # image-layout tarball (one uncompressed layer) by the e2e harness's image builder.
 # Output: dist/nri-pinner-image_<version>.tar, image name e2e.local/nri-pinner:<version>
-# (override with NRI_PINNER_IMAGE_NAME). Import: ctr -n k8s.io images import --snapshotter overlayfs FILE.
+# (override with NRI_PINNER_IMAGE_NAME). Import: ctr -n k8s.io images import --snapshotter overlayfs FILE;
+# push: skopeo copy oci-archive:FILE docker://REGISTRY/nri-pinner:<version> (README: Install).
 # Idempotent: an image whose .deb and base root did not change is not rebuilt.
 # Usage: packaging/image/build-image.sh   (prints the tarball's path on the last line of stdout)
 set -euo pipefail
@@ -36,16 +37,16 @@ root=$build_dir/rootfs-image
 rm -rf "$root"
 cp -a "$base" "$root"
 rm -f "$root/.nri-pinner-base-root"
-# dpkg --root runs the maintainer scripts chrooted into the root: postinst builds the venv with
-# the root's own python3, not this machine's.
+# dpkg --root runs the maintainer scripts chrooted into the root: postinst byte-compiles the venv the
+# .deb carries (built at package build time) with the root's own python3, not this machine's.
 dpkg --root="$root" -i "$deb" >&2
 got=$(chroot "$root" nri-pinner --version)
 [ "$got" = "nri-pinner $version" ] || { echo "build-image.sh: chroot nri-pinner --version said '$got'" >&2; exit 1; }
-# The wheels the .deb carries exist to build the venv offline in postinst; the venv is built now and
-# an image is never upgraded in place, so they would only add ~11 MB.
-rm -rf "$root"/usr/lib/nri-pinner/wheels
+# Docs, man pages and locales go; every package's copyright file stays (license terms, as in the base).
 rm -rf "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* "$root"/var/log/* "$root"/tmp/* \
-    "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/*
+    "$root"/usr/share/man/* "$root"/usr/share/locale/*
+find "$root/usr/share/doc" -mindepth 2 ! -type d ! -name copyright -delete
+find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete
 t3=$(date +%s)
 
 PYTHONPATH=$repo "$py" - "$root" "$name" "$out" <<'EOF'

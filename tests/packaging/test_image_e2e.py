@@ -10,7 +10,11 @@ from __future__ import annotations
 import http.client
 import importlib
 import importlib.util
+import json
 import os
+import posixpath
+import re
+import shutil
 import subprocess
 import tarfile
 import time
@@ -116,9 +120,13 @@ def proc_status(pid: int) -> dict[str, str]:
     return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
 
 
-def layer_names(image: Path) -> set[str]:
-    """Every path in the OCI archive's layers."""
-    names: set[str] = set()
+Layers = tuple[dict[str, tarfile.TarInfo], dict[str, bytes]]
+
+
+def layer_contents(image: Path, read: frozenset[str] = frozenset()) -> Layers:
+    """Every path in the OCI archive's layers, and the bytes of the files named in ``read``."""
+    members: dict[str, tarfile.TarInfo] = {}
+    data: dict[str, bytes] = {}
     with tarfile.open(image) as outer:
         for member in outer.getmembers():
             if not member.isfile() or not member.name.startswith("blobs/") or member.size < 1 << 20:
@@ -127,10 +135,20 @@ def layer_names(image: Path) -> set[str]:
             assert blob is not None
             try:
                 with tarfile.open(fileobj=blob, mode="r|*") as layer:
-                    names.update(m.name.lstrip("./") for m in layer)
+                    for m in layer:
+                        name = m.name.removeprefix("./").rstrip("/")
+                        members[name] = m
+                        if name in read and m.isfile():
+                            content = layer.extractfile(m)
+                            assert content is not None
+                            data[name] = content.read()
             except tarfile.ReadError:
                 continue
-    return names
+    return members, data
+
+
+def layer_names(image: Path) -> set[str]:
+    return set(layer_contents(image)[0])
 
 
 def parse_quantity(text: str) -> int:
@@ -295,3 +313,48 @@ def test_image_carries_no_wheels(image_tarball: Path) -> None:
     assert any(n.startswith("usr/lib/nri-pinner/venv/") for n in names), "no venv in the image?"
     assert not [n for n in names if n.endswith(".whl")], "wheels left in the image"
     print(f"image {image_tarball.name}: {image_tarball.stat().st_size / 1e6:.1f} MB")
+
+
+def test_image_keeps_every_packages_copyright(image_tarball: Path) -> None:
+    """Trimming docs from the image must keep each installed package's /usr/share/doc/PKG/copyright
+    (its license terms), nri-pinner's own included; a doc directory may be a link to another package's."""
+    members, data = layer_contents(image_tarball, frozenset({"var/lib/dpkg/status"}))
+    installed = [block.split("\n", 1)[0].removeprefix("Package: ")
+                 for block in data["var/lib/dpkg/status"].decode().split("\n\n")
+                 if block.startswith("Package: ") and "\nStatus: install ok installed" in block]
+    assert "nri-pinner" in installed and "python3" in installed
+    missing = []
+    for package in installed:
+        doc = f"usr/share/doc/{package}"
+        link = members.get(doc)
+        if link is not None and link.issym():
+            doc = posixpath.normpath(posixpath.join(posixpath.dirname(doc), link.linkname)).lstrip("/")
+        if f"{doc}/copyright" not in members:
+            missing.append(package)
+    assert missing == [], f"{len(missing)} of {len(installed)} packages without their copyright file: {missing}"
+
+
+def test_readme_names_the_image_recipe_this_test_builds() -> None:
+    """One recipe (the one built here); packaging/image/Containerfile copied a .deb name the build never
+    made and was never built by any test, so it went."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Install", 1)[1].split("\n### Privileges", 1)[0]
+    assert set(re.findall(r"packaging/image/[\w.-]+", section)) == {"packaging/image/build-image.sh"}
+    assert sorted(p.name for p in (REPO / "packaging" / "image").iterdir()) == ["base-root.sh", "build-image.sh"]
+    assert "skopeo copy oci-archive:dist/nri-pinner-image_<version>.tar docker://" in " ".join(section.split())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="installs skopeo on first use (root)")
+def test_skopeo_reads_the_image_archive_as_the_readme_pushes_it(image_tarball: Path) -> None:
+    if not shutil.which("skopeo"):  # a fresh CI machine: ~5 s
+        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "skopeo"]
+        if subprocess.run(install, capture_output=True, check=False).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], capture_output=True, check=True)
+            subprocess.run(install, capture_output=True, check=True)
+    assert image_tarball.name == f"nri-pinner-image_{__version__}.tar"  # the README's name
+    res = subprocess.run(["skopeo", "inspect", "--config", f"oci-archive:{image_tarball}"],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    config = json.loads(res.stdout)
+    assert config["config"]["Cmd"] == plugin_container()["command"]
+    assert config["architecture"] == "amd64" and config["os"] == "linux"
