@@ -59,8 +59,8 @@ def _members(of: dict[int, int], key: object) -> list[CPUSet]:
 
 
 def _packages(r: Reader, cpu_dir: Path, online: CPUSet) -> Level:
-    groups = partition(r, online, topo_sets(r, cpu_dir, "package_cpus", "core_siblings"))
     read_id = topo_id(r, cpu_dir, "physical_package_id")
+    groups = partition(r, online, topo_sets(r, cpu_dir, "package_cpus", "core_siblings"), regroup=read_id)
     if groups is not None:
         ids = {first: read_id(first) for first, _ in groups}
         return number(r, groups, ids, "package", "package_cpus/core_siblings", id_file="physical_package_id")

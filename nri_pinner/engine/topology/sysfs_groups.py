@@ -29,15 +29,22 @@ class Level:
     source: str
 
 
-def partition(r: Reader, online: CPUSet, read: Callable[[int], CPUSet | None]) -> list[Group] | None:
+def partition(r: Reader, online: CPUSet, read: Callable[[int], CPUSet | None],
+              regroup: Callable[[int], int | None] | None = None) -> list[Group] | None:
     """Groups from per-CPU set files; None when the first CPU has no such file at all.
 
-    Inconsistent sets (a CPU missing from its own set, overlapping sets) are cut so
-    that every online CPU lands in exactly one group: the lowest CPU's claim wins.
+    A set (cut to the online CPUs) makes a group only when its CPU is the lowest member and it
+    overlaps no group made before: hwloc's rule (topology-linux.c of 2.9.0, lines 4611 core, 4710
+    package, 4865 cache: an object only from the first CPU of its set; topology.c:1527: a set
+    intersecting an earlier one is refused). hwloc leaves the other CPUs outside that level; the
+    model places every CPU, so those are grouped by ``regroup`` (an id file) when it gives a
+    valid id, else each CPU is a group of its own.
     """
     groups: list[Group] = []
     taken = CPUSet()
-    bad: list[int] = []
+    absent: list[int] = []
+    outside: list[int] = []  # CPUs missing from their own set
+    left: list[int] = []
     for c in online:
         if c in taken:
             continue
@@ -45,16 +52,32 @@ def partition(r: Reader, online: CPUSet, read: Callable[[int], CPUSet | None]) -
         if members is None:
             if not groups:
                 return None
-            bad.append(c)
+            absent.append(c)
             members = CPUSet([c])
-        elif c not in members:
-            bad.append(c)
-        members = ((members & online) | CPUSet([c])) - taken
+        members = members & online
+        if c not in members or members.min() != c or members & taken:
+            (left if c in members else outside).append(c)
+            continue
         groups.append((c, members))
         taken = taken | members
-    if bad:
-        r.warn(f"CPUs {CPUSet(bad)} missing from their own set files: each starts a group of its own")
-    return groups
+    if absent:
+        r.warn(f"CPUs {CPUSet(absent)} have no set file: each starts a group of its own")
+    if outside or left:
+        groups.extend(_regroup(r, CPUSet(outside), CPUSet(left), regroup))
+    return sorted(groups, key=lambda g: g[0])
+
+
+def _regroup(r: Reader, outside: CPUSet, left: CPUSet, regroup: Callable[[int], int | None] | None) -> list[Group]:
+    """The CPUs hwloc leaves outside a level: by their id file when valid, else one group each."""
+    why = [f"CPUs {outside} missing from their own set files"] if outside else []
+    why += [f"sets of CPUs {left} start at a lower CPU or overlap an earlier group"] if left else []
+    keyed: dict[int, list[int]] = {}
+    for c in outside | left:
+        i = regroup(c) if regroup is not None else None
+        keyed.setdefault(i if i is not None and i >= 0 else -1 - c, []).append(c)
+    how = "grouped by their id file" if any(len(v) > 1 for v in keyed.values()) else "each starts a group of its own"
+    r.warn(f"{'; '.join(why)} (hwloc leaves them out of the level): {how}")
+    return [(min(v), CPUSet(v)) for v in keyed.values()]
 
 
 def number(r: Reader, groups: list[Group], ids: dict[int, int | None], what: str, source: str,
@@ -140,6 +163,7 @@ def l3_groups(r: Reader, cpu_dir: Path, online: CPUSet, socket_of: dict[int, int
     ids: dict[int, int | None] = {}
     taken = CPUSet()
     missing: list[int] = []
+    refused: list[int] = []  # partition()'s rule: the set starts at a lower CPU or overlaps a group
     for c in online:
         if c in taken:
             continue
@@ -148,7 +172,10 @@ def l3_groups(r: Reader, cpu_dir: Path, online: CPUSet, socket_of: dict[int, int
             missing.append(c)
             continue
         d, shared = found
-        members = ((shared | core_groups.get(c, CPUSet([c]))) & online | CPUSet([c])) - taken
+        members = (shared | core_groups.get(c, CPUSet([c]))) & online | CPUSet([c])
+        if members.min() != c or members & taken:
+            refused.append(c)
+            continue
         groups.append((c, members))
         ids[c] = r.int(d / "id")
         taken = taken | members
@@ -164,9 +191,13 @@ def l3_groups(r: Reader, cpu_dir: Path, online: CPUSet, socket_of: dict[int, int
                 r.warn("L3 cache without an id file: groups taken from shared_cpu_list/shared_cpu_map")
             of = {c: i for i, (_f, m) in enumerate(groups) for c in m}
             source = "shared_cpu_list/map"
+    if refused:
+        r.warn(f"L3 sets of CPUs {CPUSet(refused)} start at a lower CPU or overlap an earlier group "
+               "(hwloc leaves them without an L3): their socket is their L3 group")
     if missing:
-        # no cache info: the socket is the L3 group (kept apart from real groups)
         r.warn(f"no L3 cache info for CPUs {CPUSet(missing)}: their socket is their L3 group")
+    missing = sorted(missing + refused)
+    if missing:  # the socket is the L3 group (kept apart from real groups)
         if not groups:
             return L3({c: socket_of[c] for c in missing}, "socket")
         base = max(of.values()) + 1
