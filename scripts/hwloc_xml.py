@@ -87,20 +87,56 @@ def groups(topo: Topology, sets: object) -> set[CPUSet]:
     return {s & topo.online for s in sets.values()} - {CPUSet()}  # type: ignore[attr-defined]
 
 
+def left_out(hw_sets: object, pus: CPUSet) -> CPUSet:
+    """The CPUs hwloc puts in none of these sets (it leaves them outside that level)."""
+    inside = CPUSet()
+    for s in hw_sets:  # type: ignore[attr-defined]
+        inside = inside | s
+    return pus - inside
+
+
+def states_agree(theirs: set[CPUSet], ours: set[CPUSet], pus: CPUSet) -> bool:
+    """Every group hwloc states is one of ours, and our others hold only CPUs hwloc leaves out.
+
+    hwloc leaves CPUs outside a level when the tree's sets for them conflict; the model places
+    every CPU, so those CPUs form groups hwloc does not have (README, topology section)."""
+    outside = left_out(theirs, pus)
+    return theirs <= ours and all(g.issubset(outside) for g in ours - theirs)
+
+
+def numa_agrees(topo: Topology, hw: Hwloc) -> list[int]:
+    """The NUMA nodes where we disagree with what hwloc states (same rule as ``states_agree``)."""
+    outside = left_out(hw.numa.values(), hw.pus)
+    bad = []
+    for node in sorted(set(hw.numa) | set(topo.numa_cpus)):
+        ours = topo.cpus_in_numa([node]) & topo.online if node in topo.numa_cpus else CPUSet()
+        theirs = hw.numa.get(node, CPUSet())
+        if not theirs.issubset(ours) or not (ours - theirs).issubset(outside):
+            bad.append(node)
+    return bad
+
+
+def placed(topo: Topology, hw: Hwloc) -> list[str]:
+    """The levels where we place CPUs that hwloc leaves outside (empty on most trees)."""
+    out = []
+    for what, theirs, ours in (("packages", hw.packages, topo.socket_cpus), ("L3 groups", hw.l3, topo.l3_cpus)):
+        if theirs and theirs != groups(topo, ours):
+            out.append(f"{what} {left_out(theirs, hw.pus)}")
+    if any(cpus for cpus in hw.numa.values()) and left_out(hw.numa.values(), hw.pus):
+        out.append(f"NUMA {left_out(hw.numa.values(), hw.pus)}")
+    return out
 
 
 def differences(topo: Topology, hw: Hwloc) -> list[str]:
-    """Where discovery and hwloc disagree, on the levels hwloc reports (empty: they agree)."""
+    """Where discovery and hwloc disagree, on what hwloc states (empty: they agree)."""
     out: list[str] = []
     if hw.pus != topo.online:
         out.append(f"online CPUs: hwloc {hw.pus}, ours {topo.online}")
     for what, theirs, ours in (("packages", hw.packages, topo.socket_cpus), ("cores", hw.cores, topo.core_cpus),
                                ("L3 groups", hw.l3, topo.l3_cpus)):
-        if theirs and theirs != groups(topo, ours):
+        if theirs and not states_agree(theirs, groups(topo, ours), hw.pus):
             out.append(what)
-    for node, cpus in sorted(hw.numa.items()):
-        if cpus and topo.cpus_in_numa([node]) & topo.online != cpus:
-            out.append(f"CPUs of NUMA node {node}")
+    out.extend(f"CPUs of NUMA node {node}" for node in numa_agrees(topo, hw))
     if any(topo.distance(a, b) != d for (a, b), d in hw.distances.items()):
         out.append("distances")
     return out
