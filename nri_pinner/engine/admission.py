@@ -131,8 +131,6 @@ class Engine:
                 provider_hints=shown, blamed=tuple(blamed))
         hint = merged.hint if merged is not None else None
         affinity = hint.affinity if hint is not None else None
-        if self.scope == "pod" and merged is None:
-            affinity = self._pod_affinity(state, req.pod)
         try:
             new_state, alloc = self.policy.allocate(
                 state, req.pod, req.container, req.cpu_request_milli, req.cpu_limit_milli, qos,
@@ -180,7 +178,7 @@ class Engine:
 
     def _merge(self, state: EngineState, req: AdmissionRequest,
                n: int) -> tuple[MergeResult | None, Shown, list[str]]:
-        """Merged hint (None: topology manager off or pod already admitted), hints shown per
+        """Merged hint (None: topology manager off), hints shown per
         provider, and the providers a rejection is on."""
         if self.manager.policy is Policy.NONE:
             return None, {}, []
@@ -192,8 +190,6 @@ class Engine:
         allocated = existing.current if existing is not None and existing.exclusive else None
         if self.scope == "pod":
             request = self._pod_request(state, req, n, allocated)
-            if request is None:
-                return None, {}, []  # the pod was admitted as a whole with its first container
         else:
             request = HintRequest(
                 req.pod, req.container, exclusive_cpus=n, reusable_cpus=self.policy.reusable(state, req.pod),
@@ -213,19 +209,18 @@ class Engine:
         return with_preferences(result, names, answers), shown, blame(self.manager, names, answers)
 
     def _pod_request(self, state: EngineState, req: AdmissionRequest, n: int,
-                     allocated: CPUSet | None) -> HintRequest | None:
+                     allocated: CPUSet | None) -> HintRequest:
+        """The kubelet's GetPodTopologyHints (policy_static.go:578-634), asked for every container of
+        the pod as the kubelet's per-container Allocate would see it: the CPUs the pod holds count as
+        reusable, or are the hint when they are the whole pod's; a container holding another number
+        of CPUs than it asks for gets no CPU hint. Back to back, the pod's first hint again."""
         total = n if req.pod_exclusive_cpus is None else req.pod_exclusive_cpus
-        if state.get(req.pod, req.container) is None:
-            if state.pod_assignments(req.pod):
-                return None
-            return HintRequest(req.pod, None, exclusive_cpus=total, static_hints=req.hints)
-        # Admitted again: the kubelet's GetPodTopologyHints over what the pod holds.
         held = EMPTY
         for a in state.pod_assignments(req.pod):
             if a.exclusive:
                 held = held | a.current
         conflict = allocated is not None and len(allocated) != n
-        whole = len(held) == total and not conflict
+        whole = bool(held) and len(held) == total and not conflict
         return HintRequest(req.pod, None, exclusive_cpus=total, static_hints=req.hints, allocation_conflict=conflict,
                            allocated_cpus=held if whole else None,
                            reusable_cpus=EMPTY if whole else self.policy.reusable(state, req.pod) | held)
@@ -238,12 +233,6 @@ class Engine:
             return mstate
         return mstate.without_sources(frozenset(
             k for k in mstate.sources if (a := state.get(*k)) is not None and a.restartable))
-
-    def _pod_affinity(self, state: EngineState, pod: str) -> int | None:
-        for a in state.pod_assignments(pod):
-            if a.numa_affinity is not None:
-                return a.numa_affinity
-        return None
 
     def _rejected(self, state: EngineState, req: AdmissionRequest, hint: TopologyHint | None,
                   reason: str, message: str) -> Decision:

@@ -37,3 +37,9 @@ def alloc(
     assert decision.exclusive
     assert decision.cpus.isdisjoint(new.default_set)
     return new, decision.cpus
+
+
+def pools(st: EngineState) -> dict[str, object]:
+    """The state but the reusable CPU sets: what removing a container restores (the kubelet's
+    cpusToReuse outlives RemoveContainer)."""
+    return {k: v for k, v in st.to_dict().items() if k not in ("reusable", "reuse_pod")}

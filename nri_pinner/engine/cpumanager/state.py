@@ -18,6 +18,13 @@ STATE_VERSION = 1
 Key = tuple[str, str]  # (pod uid, container name)
 
 
+class _Keep:
+    """``with_changes``: leave ``reuse_pod`` as it is (None is a value there)."""
+
+
+KEEP = _Keep()
+
+
 @dataclass(frozen=True, slots=True)
 class Assignment:
     """One container's CPUs.
@@ -77,8 +84,11 @@ class Assignment:
 class EngineState:
     """Shared pool (``default_set``), assignments keyed by (pod, container), and per-pod reusable CPUs.
 
-    ``reusable[pod]`` holds CPUs of the pod's finished-or-running (non-restartable) init
-    containers that its app containers may take over (the kubelet's ``cpusToReuse``).
+    ``reusable[pod]`` is the kubelet's ``cpusToReuse[pod]`` as ``updateCPUsToReuse`` keeps it (an
+    init container's CPUs added, an app container's or sidecar's taken out, nothing dropped when a
+    container goes), for every pod rather than only the last one: ``reuse_pod`` is the pod whose
+    exclusive allocation ran last, the only pod the kubelet keeps an entry for. What an admission
+    may reuse is ``StaticPolicy.reusable``.
     """
 
     default_set: CPUSet = EMPTY
@@ -86,6 +96,7 @@ class EngineState:
     reusable: Mapping[str, CPUSet] = field(default_factory=dict)
     # Other resource managers' state by name ("memory"): objects with ``to_json()`` or plain JSON.
     providers: Mapping[str, Any] = field(default_factory=dict)
+    reuse_pod: str | None = field(default=None, kw_only=True)
     # union of exclusive CPUs, carried from state to state (None = not known yet, computed on demand)
     exclusive_mask: int | None = field(default=None, compare=False, repr=False, kw_only=True)
 
@@ -116,6 +127,7 @@ class EngineState:
         put: Assignment | None = None,
         drop: Key | None = None,
         reusable: Mapping[str, CPUSet] | None = None,
+        reuse_pod: str | _Keep | None = KEEP,
     ) -> EngineState:
         assignments = dict(self.assignments)
         mask = self.exclusive_mask
@@ -133,6 +145,7 @@ class EngineState:
             reusable=dict(self.reusable if reusable is None else reusable),
             providers=self.providers,
             exclusive_mask=mask,
+            reuse_pod=self.reuse_pod if isinstance(reuse_pod, _Keep) else reuse_pod,
         )
 
     def with_reusable_recomputed(self) -> EngineState:
@@ -146,7 +159,7 @@ class EngineState:
                 into[a.pod] = into.get(a.pod, 0) | a.current.mask
         reusable = {pod: CPUSet.from_mask(mask & ~other.get(pod, 0)) for pod, mask in init.items()
                     if mask & ~other.get(pod, 0)}
-        return self.with_changes(reusable=reusable)
+        return self.with_changes(reusable=reusable, reuse_pod=None)
 
     def with_shared(self, records: Mapping[Key, Assignment]) -> EngineState:
         """A copy with many new shared (non-exclusive) records in one dict copy (rebuild: thousands of
@@ -158,12 +171,12 @@ class EngineState:
         if any(a.exclusive for a in records.values()):
             raise ValueError("with_shared takes shared records only")
         return EngineState(self.default_set, assignments, self.reusable, self.providers,
-                           exclusive_mask=self.exclusive_mask)
+                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod)
 
     def with_provider(self, name: str, value: Any) -> EngineState:
         """A copy with one resource manager's state replaced (CPU state shared, it is immutable)."""
         return EngineState(self.default_set, self.assignments, self.reusable, {**self.providers, name: value},
-                           exclusive_mask=self.exclusive_mask)
+                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod)
 
     # -- serialisation ---------------------------------------------------------------------------
     def hold(self, a: Assignment) -> EngineState:
@@ -176,6 +189,7 @@ class EngineState:
             "default_set": str(self.default_set),
             "assignments": [a.to_dict() for _, a in sorted(self.assignments.items())],
             "reusable": {pod: str(cpus) for pod, cpus in sorted(self.reusable.items()) if cpus},
+            **({"reuse_pod": self.reuse_pod} if self.reuse_pod is not None else {}),
             **({"providers": {k: v.to_json() if hasattr(v, "to_json") else v
                               for k, v in sorted(self.providers.items())}} if self.providers else {}),
         }
@@ -192,9 +206,11 @@ class EngineState:
                 raise ValueError(f"container {a.container!r} of pod {a.pod!r} listed twice in engine state")
             assignments[a.key] = a
         reusable = {str(pod): CPUSet.parse(str(cpus)) for pod, cpus in (data.get("reusable") or {}).items()}
+        reuse_pod = data.get("reuse_pod")
         return cls(
             default_set=CPUSet.parse(str(data.get("default_set", ""))),
             assignments=assignments,
             reusable=reusable,
             providers=dict(data.get("providers") or {}),
+            reuse_pod=None if reuse_pod is None else str(reuse_pod),
         )

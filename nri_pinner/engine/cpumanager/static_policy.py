@@ -16,9 +16,8 @@ refusing to run.
 Admitting a (pod, container) again follows the kubelet: the full-pcpus-only checks run
 first (so they can refuse a container already pinned when too few whole cores are free),
 then a container holding exclusive CPUs keeps them; one recorded as shared that is now
-Guaranteed gets exclusive CPUs. Deliberate difference: reusable init CPUs are kept per
-pod (the kubelet keeps only the last pod's) but are limited to CPUs the pod still holds,
-so they can never be handed out twice.
+Guaranteed gets exclusive CPUs. Reusable init CPUs: see ``reuse`` (the kubelet's set for the
+pod that allocated last; per pod otherwise; never CPUs another container holds).
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from ..errors import InsufficientCPUs, PolicyOptionError, SMTAlignmentError
 from ..qos import QoS
 from ..topology.model import Topology
 from . import core_kinds as core_kinds_mod
+from . import reuse
 from .allocator import take_by_topology
 from .index import index_for
 from .options import StaticPolicyOptions
@@ -132,11 +132,8 @@ class StaticPolicy:
         return avail
 
     def reusable(self, state: EngineState, pod: str) -> CPUSet:
-        """CPUs of the pod's init containers its next app container may take over."""
-        held = 0
-        for a in state.pod_assignments(pod):
-            held |= a.current.mask
-        return state.reusable.get(pod, EMPTY) & CPUSet.from_mask(held)
+        """CPUs of the pod's init containers its next exclusive container may take over."""
+        return reuse.usable(state, pod)
 
     # -- admission -------------------------------------------------------------------------------
     def allocate(
@@ -174,7 +171,7 @@ class StaticPolicy:
         # CPUs count as present (a container first seen as shared gets exclusive CPUs now).
         self._enforce_smt_alignment(state, n)
         if existing is not None and existing.exclusive:
-            new_state = self._update_reusable(state, existing)
+            new_state = reuse.updated(state, existing)
             return new_state, self._decision(new_state, existing, already=True)
         reusable = self.reusable(state, pod)
         cpus = self._allocate_cpus(state, n, numa_affinity, reusable)
@@ -188,35 +185,15 @@ class StaticPolicy:
             restartable=restartable,
             numa_affinity=numa_affinity,
         )
-        new_state = state.hold(assignment)
-        new_state = self._update_reusable(new_state, assignment)
-        return new_state, self._decision(new_state, assignment, already=False, reused=cpus & reusable)
+        new_state = reuse.updated(state.hold(assignment), assignment)
+        reused = cpus & reusable & state.exclusive_cpus()  # (not the free CPUs of a removed init container)
+        return new_state, self._decision(new_state, assignment, already=False, reused=reused)
 
     def _decision(
         self, state: EngineState, a: Assignment, already: bool, reused: CPUSet = EMPTY
     ) -> AllocationDecision:
         cpus = a.current if a.exclusive else state.default_set
         return AllocationDecision(a.pod, a.container, cpus, a.exclusive, already, reused, state.default_set)
-
-    def _update_reusable(self, state: EngineState, a: Assignment) -> EngineState:
-        reusable = dict(state.reusable)
-        current = reusable.get(a.pod, EMPTY)
-        # init CPUs become reusable; app containers and sidecars keep theirs for the pod's lifetime
-        if a.init and not a.restartable:
-            # an init container admitted again after an app container took over its CPUs must not make
-            # them reusable again (the kubelet would; it never re-admits an init container after its apps)
-            kept = EMPTY
-            for b in state.pod_assignments(a.pod):
-                if b.exclusive and b.key != a.key and not (b.init and not b.restartable):
-                    kept = kept | b.current
-            current = current | (a.current - kept)
-        else:
-            current = current - a.current
-        if current:
-            reusable[a.pod] = current
-        else:
-            reusable.pop(a.pod, None)
-        return state.with_changes(reusable=reusable)
 
     def _enforce_smt_alignment(self, state: EngineState, n: int) -> None:
         if not self.options.full_pcpus_only:
@@ -272,7 +249,7 @@ class StaticPolicy:
             return state
         a = Assignment(a.pod, a.container, a.admitted, a.current, a.exclusive, True, False, a.numa_affinity)
         state = state.with_changes(put=a)
-        return self._update_reusable(state, a) if a.exclusive else state
+        return reuse.updated(state, a, allocating=False) if a.exclusive else state
 
     # -- removal and restart -----------------------------------------------------------------------
     def remove(self, state: EngineState, pod: str, container: str) -> EngineState:
@@ -285,10 +262,7 @@ class StaticPolicy:
             if other.key != a.key:
                 in_use |= other.current.mask
         released = a.current - CPUSet.from_mask(in_use) if a.exclusive else EMPTY
-        reusable = dict(state.reusable)
-        left = reusable.pop(pod, EMPTY) - released
-        if left and len(state.pod_assignments(pod)) > 1:
-            reusable[pod] = left
+        reusable = reuse.after_removal(state, pod, released, last=len(state.pod_assignments(pod)) == 1)
         default = state.default_set | (released & self.managed_shared)
         return state.with_changes(default_set=default, drop=a.key, reusable=reusable)
 
@@ -345,15 +319,19 @@ class StaticPolicy:
         msgs.extend(self._default_set_diagnosis(state, exclusive))
         if default != state.default_set:
             msgs.append(f'shared pool repaired: "{state.default_set}" -> "{default}"')
+        # reusable CPUs: those the pod holds; the last allocating pod's set also keeps free ones (reuse)
         reusable: dict[str, CPUSet] = {}
         for pod, cpus in state.reusable.items():
             held = 0
             for a in fixed.values():
                 if a.pod == pod:
                     held |= a.current.mask
-            if cpus & CPUSet.from_mask(held):
-                reusable[pod] = cpus & CPUSet.from_mask(held)
-        return EngineState(default_set=default, assignments=fixed, reusable=reusable), msgs
+            keep = cpus & CPUSet.from_mask(held)
+            if pod == state.reuse_pod:
+                keep = keep | (cpus & (allowed - exclusive))
+            if keep:
+                reusable[pod] = keep
+        return EngineState(default_set=default, assignments=fixed, reusable=reusable, reuse_pod=state.reuse_pod), msgs
 
     def _default_set_diagnosis(self, state: EngineState, exclusive: CPUSet) -> list[str]:
         """The kubelet's validateState complaints about the stored shared pool, worded as it words them."""
