@@ -36,12 +36,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the e2e harness lives in tests/e2e
 
-from tests.e2e import kubelet_model as km  # noqa: E402
+from tests.e2e import kubelet_pod as kp  # noqa: E402
 from tests.e2e.conftest import e2e_base_dir  # noqa: E402
 from tests.e2e.harness import PodHandle, PrivateContainerd, claim_workdir  # noqa: E402
 from tests.e2e.pinner import Pinner, start_pinner  # noqa: E402
-from tests.e2e.pods import WORKLOAD, resources_for  # noqa: E402
-from tests.e2e.procfs import memory_capacity_bytes  # noqa: E402
+from tests.e2e.pods import WORKLOAD, add_to_spec, container_request, resources_for, send_create  # noqa: E402
 
 BURSTABLE = ("burstable", 250, 500)
 GUARANTEED = ("guaranteed", 1000, 1000)
@@ -64,22 +63,12 @@ def timed_container(runtime: PrivateContainerd, qos: str, request: int, limit: i
     returns the pod and the CreateContainer / StartContainer seconds."""
     pod = runtime.run_pod(qos, request, limit, containers=0)
     res = resources_for(qos, request, limit, None, None)
-    (pod.log_directory / "c0").mkdir(exist_ok=True)
     cri = runtime.cri
+    add_to_spec(pod, kp.Container("c0", res, command=WORKLOAD))
+    config = container_request(cri, pod, "c0")
     began = time.perf_counter()
-    cid = cri.create_container(
-        pod.sandbox_id,
-        pod.sandbox_config,
-        name="c0",
-        image="e2e.local/busybox:1",
-        command=WORKLOAD,
-        resources=km.container_linux_resources(res, pod.qos, memory_capacity_bytes()),
-        labels=km.container_labels(pod.name, pod.namespace, pod.uid, "c0"),
-        annotations=km.container_annotations("c0", init=False),
-        log_path="c0/0.log",
-    )
+    cid = send_create(cri, pod, "c0", config, 0)
     created = time.perf_counter()
-    pod.containers["c0"] = cid
     cri.start_container(cid)
     started = time.perf_counter()
     return pod, created - began, started - created

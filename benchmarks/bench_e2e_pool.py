@@ -34,14 +34,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the e2e harness lives in tests/e2e
 
-from tests.e2e import kubelet_model as km  # noqa: E402
+from tests.e2e import kubelet_pod as kp  # noqa: E402
 from tests.e2e.conftest import e2e_base_dir  # noqa: E402
 from tests.e2e.harness import PodHandle, PrivateContainerd, claim_workdir  # noqa: E402
 from tests.e2e.pin_plugin import PIN_MODULE, online_cpus, plugin_argv  # noqa: E402
 from tests.e2e.pinner import Pinner, start_pinner  # noqa: E402
 from tests.e2e.plugins import PluginProcess  # noqa: E402
-from tests.e2e.pods import WORKLOAD, resources_for  # noqa: E402
-from tests.e2e.procfs import memory_capacity_bytes  # noqa: E402
+from tests.e2e.pods import WORKLOAD, add_to_spec, container_request, resources_for, send_create  # noqa: E402
 
 CONDITIONS = ("nri-pinner", "none", "pin_fixed")
 METRICS = ("create", "start", "stop", "remove", "burstable-during")
@@ -55,14 +54,8 @@ class Samples:
 
 def create_in(runtime: PrivateContainerd, pod: PodHandle, name: str) -> str:
     res = resources_for(pod.qos.value, *pod_cpu(pod), None, None)
-    (pod.log_directory / name).mkdir(exist_ok=True)
-    cid = runtime.cri.create_container(
-        pod.sandbox_id, pod.sandbox_config, name=name, image="e2e.local/busybox:1", command=WORKLOAD,
-        resources=km.container_linux_resources(res, pod.qos, memory_capacity_bytes()),
-        labels=km.container_labels(pod.name, pod.namespace, pod.uid, name),
-        annotations=km.container_annotations(name, init=False), log_path=f"{name}/0.log")
-    pod.containers[name] = cid
-    return cid
+    add_to_spec(pod, kp.Container(name, res, command=WORKLOAD))
+    return send_create(runtime.cri, pod, name, container_request(runtime.cri, pod, name), 0)
 
 
 def pod_cpu(pod: PodHandle) -> tuple[int, int]:
@@ -117,6 +110,7 @@ class Bench:
         rt.cri.remove_container(cid)
         removed = time.perf_counter()
         del gpod.containers["c0"]
+        gpod.instances.remove(("c0", cid))
         out.values["create"].append(created - began)
         out.values["start"].append(started - created)
         out.values["stop"].append(stopped - started)

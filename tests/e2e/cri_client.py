@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 
 from .cri_stubs import ensure_cri_stubs
 
@@ -54,6 +55,13 @@ class ContainerSummary:
 
 
 @dataclass(frozen=True)
+class ImageInfo:
+    ref: str  # ImageStatus image.id
+    uid: int | None  # None when the image names its user
+    username: str
+
+
+@dataclass(frozen=True)
 class SandboxSummary:
     id: str
     name: str
@@ -76,6 +84,8 @@ class CriClient:
             ],
         )
         self._rt: Any = grpc_mod.RuntimeServiceStub(self._channel)
+        self._img: Any = grpc_mod.ImageServiceStub(self._channel)
+        self._images: dict[str, ImageInfo] = {}
 
     def close(self) -> None:
         self._channel.close()
@@ -87,7 +97,29 @@ class CriClient:
         r = self._call("Version", self.pb.VersionRequest(version="v1"))
         return RuntimeVersion(r.runtime_name, r.runtime_version, r.runtime_api_version)
 
+    def image_status(self, image: str) -> ImageInfo:
+        """ImageStatus as the kubelet reads it for a container's image ref and user (cached: the
+        answer does not change while the image stays)."""
+        if image not in self._images:
+            req = self.pb.ImageStatusRequest(image=self.pb.ImageSpec(image=image))
+            img = self._img.ImageStatus(req, timeout=self.timeout).image
+            if not img.id:
+                raise LookupError(f"image {image} is not in the runtime")
+            uid = img.uid.value if img.HasField("uid") else (None if img.username else 0)
+            self._images[image] = ImageInfo(img.id, uid, img.username)
+        return self._images[image]
+
     # --- requests -----------------------------------------------------------------------------------
+    def message(self, type_name: str, fields: Mapping[str, Any]) -> Any:
+        """A CRI message from a dict with the proto field names (kubelet_pod.py builds them)."""
+        return json_format.ParseDict(dict(fields), getattr(self.pb, type_name)())
+
+    def create_container_from(self, sandbox_id: str, config: Mapping[str, Any], sandbox_config: Any) -> str:
+        req = self.pb.CreateContainerRequest(
+            pod_sandbox_id=sandbox_id, config=self.message("ContainerConfig", config), sandbox_config=sandbox_config
+        )
+        return str(self._call("CreateContainer", req).container_id)
+
     def pod_sandbox_config(
         self,
         *,
@@ -96,7 +128,7 @@ class CriClient:
         uid: str,
         cgroup_parent: str,
         log_directory: Path,
-        resources: Mapping[str, int] | None = None,
+        resources: Mapping[str, Any] | None = None,
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
         privileged: bool = False,
@@ -110,7 +142,7 @@ class CriClient:
             security_context=pb.LinuxSandboxSecurityContext(namespace_options=ns, privileged=privileged),
         )
         if resources is not None:
-            linux.resources.CopyFrom(pb.LinuxContainerResources(**resources))
+            linux.resources.CopyFrom(self.message("LinuxContainerResources", resources))
         return pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=0),
             hostname="",
@@ -133,7 +165,7 @@ class CriClient:
         image: str,
         command: Sequence[str],
         args: Sequence[str] = (),
-        resources: Mapping[str, int] | None = None,
+        resources: Mapping[str, Any] | None = None,
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
         log_path: str = "",
@@ -148,7 +180,7 @@ class CriClient:
             security_context=pb.LinuxContainerSecurityContext(namespace_options=ns, privileged=privileged)
         )
         if resources is not None:
-            linux.resources.CopyFrom(pb.LinuxContainerResources(**resources))
+            linux.resources.CopyFrom(self.message("LinuxContainerResources", resources))
         config = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name, attempt=attempt),
             image=pb.ImageSpec(image=image),
@@ -167,11 +199,11 @@ class CriClient:
     def start_container(self, container_id: str) -> None:
         self._call("StartContainer", self.pb.StartContainerRequest(container_id=container_id))
 
-    def update_container_resources(self, container_id: str, **fields: int | str) -> None:
-        """E.g. ``update_container_resources(cid, cpuset_cpus="1")`` (the kubelet's cpuset-only update)
-        or a full resize with cpu_shares/cpu_quota/cpu_period/memory_limit_in_bytes."""
+    def update_container_resources(self, container_id: str, **fields: Any) -> None:
+        """E.g. ``update_container_resources(cid, cpuset_cpus="1")`` (the static CPU manager's cpuset-only
+        update) or a resize as kubelet_pod.resize_resources builds it (its dict passed as keywords)."""
         req = self.pb.UpdateContainerResourcesRequest(
-            container_id=container_id, linux=self.pb.LinuxContainerResources(**fields)
+            container_id=container_id, linux=self.message("LinuxContainerResources", fields)
         )
         self._call("UpdateContainerResources", req)
 
@@ -213,6 +245,10 @@ class CriClient:
         if state != "CREATED":
             self.wait_exited(container_id, timeout_s + 20.0)
         self.remove_container(container_id)
+
+    def exit_code(self, container_id: str) -> int:
+        resp = self._call("ContainerStatus", self.pb.ContainerStatusRequest(container_id=container_id))
+        return int(resp.status.exit_code)
 
     def container_state(self, container_id: str) -> str:
         resp = self._call("ContainerStatus", self.pb.ContainerStatusRequest(container_id=container_id))

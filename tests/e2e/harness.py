@@ -261,7 +261,7 @@ class PrivateContainerd:
     def add_container(self, pod: PodHandle, name: str, resources: ContainerResources, **kwargs: Any) -> str:
         return add_container(self.cri, pod, name, resources, **kwargs)
 
-    def remove_pod(self, pod: PodHandle, stop_timeout_s: int = 10) -> None:
+    def remove_pod(self, pod: PodHandle, stop_timeout_s: int | None = None) -> None:
         remove_pod(self.cri, pod, stop_timeout_s)
 
     # --- logs and plugins -----------------------------------------------------------------------------

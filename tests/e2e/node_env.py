@@ -19,10 +19,14 @@ timeout and the plugin keeps its 2 s assumption (1 s start wait) whatever contai
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
 from nri_pinner.engine.cpuset import CPUSet
+
+from .kubelet_model import Node
+from .procfs import memory_capacity_bytes
 
 CGROUP_DRIVER = os.environ.get("NRI_PINNER_E2E_CGROUP_DRIVER", "cgroupfs")
 if CGROUP_DRIVER not in ("cgroupfs", "systemd"):
@@ -51,3 +55,34 @@ def cpus_without(*cpus: int) -> str:
 
 def all_cpus() -> str:
     return str(online_cpus())
+
+
+@functools.lru_cache(maxsize=8)
+def kubelet_node(pod_logs_dir: Path) -> Node:
+    """This host as a kubelet v1.32 would see it (kubelet_model.Node), with the harness's pod log dir."""
+    cgroup = Path("/sys/fs/cgroup")
+    v2 = (cgroup / "cgroup.controllers").exists()
+    if v2:  # kuberuntime_container_linux.go:380-392: memory.swap.max in the kubelet's (here: our) own cgroup
+        own = Path("/proc/self/cgroup").read_text().strip().split("\n")[0].split(":", 2)[2]
+        swap = (cgroup / own.lstrip("/") / "memory.swap.max").exists()
+    else:
+        swap = (cgroup / "memory" / "memory.memsw.limit_in_bytes").exists()
+    pages = Path("/sys/kernel/mm/hugepages")
+    sizes = []
+    for entry in os.listdir(pages) if pages.is_dir() else []:  # runc HugePageSizes: readdir order
+        kib = int(entry.removeprefix("hugepages-").removesuffix("kB"))
+        sizes.append(f"{kib >> 20}GB" if kib >= 1 << 20 else f"{kib >> 10}MB" if kib >= 1 << 10 else f"{kib}KB")
+    possible = CPUSet.parse(Path("/sys/devices/system/cpu/possible").read_text().strip())
+    throttled = tuple(c for c in sorted(possible) if Path(f"/sys/devices/system/cpu/cpu{c}/thermal_throttle").exists())
+    resolv = Path("/etc/resolv.conf")
+    return Node(
+        memory_capacity=memory_capacity_bytes(),
+        cgroup_driver=CGROUP_DRIVER,
+        cgroup_v2=v2,
+        swap_controller=swap,
+        hugepage_sizes=tuple(sizes),
+        thermal_throttle_cpus=throttled,
+        resolv_conf=resolv.read_text() if resolv.exists() else "",
+        pod_logs_dir=str(pod_logs_dir),
+    )
+

@@ -1,4 +1,5 @@
-"""Unit tests of the harness's pure parts (no containerd needed): kubelet model, OCI images, configs."""
+"""Unit tests of the harness's pure parts (no containerd needed): OCI images, configs (the kubelet model:
+test_kubelet_model.py)."""
 
 from __future__ import annotations
 
@@ -10,65 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from . import kubelet_model as km
 from .containerd_config import ContainerdPaths, ContainerdSettings, render_config
 from .cri_stubs import strip_gogo
 from .oci_image import Content, Directory, ImageBuildError, LayerEntry, Symlink, build_oci_image
 from .plugins import CONNECTED, find_active_plugin
 from .procfs import catches_signal, read_cpus_allowed_list
-
-
-def test_shares_and_quota_follow_kubelet_rounding() -> None:
-    assert [km.milli_cpu_to_shares(m) for m in (0, 1, 250, 1000, 1500, 10**6)] == [
-        2,
-        2,
-        256,
-        1024,
-        1536,
-        262144,
-    ]
-    assert [km.milli_cpu_to_quota(m) for m in (0, 1, 250, 500, 2000)] == [0, 1000, 25000, 50000, 200000]
-
-
-def test_container_resources_burstable_and_besteffort() -> None:
-    burst = km.container_linux_resources(km.ContainerResources(250, 500, 0, 64 << 20), km.QOSClass.BURSTABLE, 1 << 30)
-    assert burst["cpu_shares"] == 256 and burst["cpu_quota"] == 50000 and burst["cpu_period"] == 100000
-    assert burst["memory_limit_in_bytes"] == 64 << 20
-    # Memory request defaults to the limit: 1000 - 1000*64Mi/1Gi = 938.
-    assert burst["oom_score_adj"] == 938
-    best = km.container_linux_resources(km.ContainerResources(), km.QOSClass.BESTEFFORT, 1 << 30)
-    assert best == {"cpu_shares": 2, "cpu_period": 100000, "cpu_quota": 0, "oom_score_adj": 1000}
-
-
-def test_limit_without_request_defaults_request_and_qos() -> None:
-    res = km.ContainerResources(cpu_milli_limit=1000, memory_limit=1 << 26)
-    assert km.qos_class([res]) is km.QOSClass.GUARANTEED
-    assert km.container_linux_resources(res, km.QOSClass.GUARANTEED, 1 << 30)["cpu_shares"] == 1024
-    assert km.qos_class([km.ContainerResources(cpu_milli_request=100)]) is km.QOSClass.BURSTABLE
-    assert km.qos_class([km.ContainerResources()]) is km.QOSClass.BESTEFFORT
-
-
-def test_pod_resources_quota_only_when_every_container_has_a_limit() -> None:
-    limited = km.ContainerResources(500, 1000, 0, 1 << 26)
-    unlimited = km.ContainerResources(500, 0, 0, 0)
-    both = km.pod_linux_resources([limited, limited])
-    assert both["cpu_shares"] == 1024 and both["cpu_quota"] == 200000 and both["memory_limit_in_bytes"] == 2 << 26
-    mixed = km.pod_linux_resources([limited, unlimited])
-    assert mixed["cpu_quota"] == 0 and "memory_limit_in_bytes" not in mixed
-
-
-def test_bad_resources_are_rejected() -> None:
-    with pytest.raises(ValueError, match="exceeds limit"):
-        km.ContainerResources(cpu_milli_request=600, cpu_milli_limit=500)
-    with pytest.raises(ValueError, match=">= 0"):
-        km.ContainerResources(memory_limit=-1)
-
-
-def test_cgroup_parents_and_init_annotation() -> None:
-    assert km.cgroup_parent(km.QOSClass.GUARANTEED, "u") == "/kubepods/podu"
-    assert km.cgroup_parent(km.QOSClass.BESTEFFORT, "u") == "/kubepods/besteffort/podu"
-    assert km.container_annotations("c", init=True)[km.CONTAINER_TYPE_ANNOTATION] == "init"
-    assert km.container_annotations("c", init=False)[km.CONTAINER_TYPE_ANNOTATION] == "container"
 
 
 def _read_layout(path: Path) -> dict[str, bytes]:

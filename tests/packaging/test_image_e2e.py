@@ -29,15 +29,17 @@ pytest.importorskip("yaml", reason="PyYAML is needed to read the DaemonSet (pip 
 
 if TYPE_CHECKING:  # mypy sees tests/ as a namespace package; pytest imports the harness as `e2e`
     from tests.e2e import kubelet_model as km
+    from tests.e2e import kubelet_pod as kp
     from tests.e2e.harness import PrivateContainerd
+    from tests.e2e.node_env import kubelet_node
     from tests.e2e.plugins import CONNECTED
-    from tests.e2e.procfs import memory_capacity_bytes
 else:
     from e2e import kubelet_model as km
+    from e2e import kubelet_pod as kp
     from e2e.conftest import containerd, containerd_session  # noqa: F401  (fixtures)
     from e2e.harness import PrivateContainerd
+    from e2e.node_env import kubelet_node
     from e2e.plugins import CONNECTED
-    from e2e.procfs import memory_capacity_bytes
 from k8s_manifests import (
     configmap_config_text,
     configmap_settings,
@@ -208,6 +210,8 @@ def start_daemonset_pod(runtime: PrivateContainerd, scratch: Path) -> tuple[str,
     qos = km.qos_class([resources])
     uid = str(uuid.uuid4())
     name = f"nri-pinner-{uid[:8]}"
+    spec = kp.Pod(name, "nri-pinner", uid, (kp.Container(container["name"], resources),))
+    node = kubelet_node(runtime.pods_dir)
     parent = km.cgroup_parent(qos, uid)
     log_dir = scratch / "pod-logs"
     (log_dir / container["name"]).mkdir(parents=True)
@@ -217,8 +221,8 @@ def start_daemonset_pod(runtime: PrivateContainerd, scratch: Path) -> tuple[str,
         uid=uid,
         cgroup_parent=parent,
         log_directory=log_dir,
-        resources=km.pod_linux_resources([resources]),
-        labels=km.pod_labels(name, "nri-pinner", uid),
+        resources=km.pod_linux_resources([resources], node),
+        labels=kp.pod_labels(spec),
         privileged=privileged,
     )
     runtime.record_pod_cgroup(parent)
@@ -233,7 +237,7 @@ def start_daemonset_pod(runtime: PrivateContainerd, scratch: Path) -> tuple[str,
     ns = sandbox_config.linux.security_context.namespace_options
     linux: Any = pb.LinuxContainerConfig(security_context=security_context(pb, ns))
     linux.resources.CopyFrom(
-        pb.LinuxContainerResources(**km.container_linux_resources(resources, qos, memory_capacity_bytes()))
+        runtime.cri.message("LinuxContainerResources", km.container_linux_resources(resources, qos, node))
     )
     config = pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name=container["name"]),
@@ -241,7 +245,7 @@ def start_daemonset_pod(runtime: PrivateContainerd, scratch: Path) -> tuple[str,
         command=list(container["command"]),
         envs=[pb.KeyValue(key=e["name"], value=e["value"]) for e in container.get("env", [])],
         mounts=cri_mounts,
-        labels=km.container_labels(name, "nri-pinner", uid, container["name"]),
+        labels=kp.container_labels(spec, container["name"]),
         log_path=f"{container['name']}/0.log",
         linux=linux,
     )
