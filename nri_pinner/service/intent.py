@@ -41,8 +41,9 @@ CPU_ANNOTATION = ANNOTATION_PREFIX + "cpu."  # + container name: "<request>[/<li
 EXCLUSIVE_ANNOTATION = ANNOTATION_PREFIX + "exclusive-cpus"
 INIT_ANNOTATION = ANNOTATION_PREFIX + "init-containers"  # "a,b"
 SIDECAR_ANNOTATION = ANNOTATION_PREFIX + "sidecar-containers"  # restartable init containers: "c"
-# Not written by the kubelet (v1.32 kuberuntime/labels.go): read only as an override ("init" | "container")
-KUBELET_CONTAINER_TYPE = "io.kubernetes.container.type"
+# A plain-containerd client's per-container override ("init" | "container", README). Not a kubelet field:
+# the kubelet writes no container type (v1.32 kuberuntime/labels.go:96-147), whatever the key's prefix says.
+CONTAINER_TYPE_OVERRIDE = "io.kubernetes.container.type"
 # containers/nri-plugins pkg/kubernetes/resources.go AnnotatedResourcesKey / AnnotatedResources:
 # JSON {"initContainers": {name: ResourceRequirements}, "containers": {name: ResourceRequirements}},
 # written on the pod by cmd/resource-annotator/webhook.go annotateResources from pod.Spec
@@ -301,8 +302,8 @@ def intent_from_nri(pod: Any, container: Any) -> ContainerIntent:
             raise IntentError(f"annotation {key}={quoted(exclusive)}: {exc}") from None
         qos, source = GUARANTEED, "exclusive-annotation"
 
-    kind = container.annotations.get(KUBELET_CONTAINER_TYPE)
-    if kind in ("init", "container"):  # an override: no kubelet writes it
+    kind = container.annotations.get(CONTAINER_TYPE_OVERRIDE)
+    if kind in ("init", "container"):  # a plain-containerd client's override: no kubelet writes it
         init, role = kind == "init", "container-type"
     sidecars = _names(pod_ann, SIDECAR_ANNOTATION)
     inits = _names(pod_ann, INIT_ANNOTATION) | sidecars

@@ -3,8 +3,9 @@ Service wired to the in-process fake runtime through the real stub.
 
 Messages follow what containerd puts into NRI for a kubelet pod: the pod's cgroup parent per QoS
 class (cgroupfs `/kubepods[/burstable|/besteffort]/pod<uid>`), cpu shares from the request
-(kubelet MilliCPUToShares), quota/period from the limit, `linux.cgroups_path` below the parent,
-and the kubelet's container annotation `io.kubernetes.container.type`.
+(kubelet MilliCPUToShares), quota/period from the limit, `linux.cgroups_path` below the parent.
+Nothing marks an init container (the kubelet writes no container type); `container(..., init=True)`
+adds nri-pinner's documented plain-containerd override instead (PLAIN_CONTAINERD_TYPE, README).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
 DUAL_SOCKET = FIXTURES / "dual-socket-ht"  # 12 CPUs, 2 NUMA nodes, core c = {c, c+6}
 PERIOD = 100_000
-KUBELET_CONTAINER_TYPE = "io.kubernetes.container.type"
+# NOT a kubelet field: the container annotation a plain containerd client sets to mark an init container
+# (README "How Kubernetes intent is read"; nri_pinner/service/intent.py CONTAINER_TYPE_OVERRIDE)
+PLAIN_CONTAINERD_TYPE = "io.kubernetes.container.type"
 
 
 # ------------------------------------------------------------------------------------------- messages
@@ -50,10 +53,12 @@ def pod(name: str, qos: str = "guaranteed", *, uid: str | None = None, namespace
 def container(sandbox: api.PodSandbox, name: str, request_milli: int = 0, limit_milli: int = 0, *,
               init: bool = False, cid: str | None = None, cpus: str = "", mems: str = "",
               state: int = api.CONTAINER_RUNNING) -> api.Container:
-    """A container as containerd reports it; `cpus`/`mems` are its current cpuset (Synchronize)."""
+    """A container as containerd reports it; `cpus`/`mems` are its current cpuset (Synchronize). ``init``:
+    marked with the plain-containerd override (the kubelet itself marks none)."""
     cid = cid or f"{sandbox.name}-{name}"
     c = api.Container(id=cid, pod_sandbox_id=sandbox.id, name=name, state=state)  # type: ignore[arg-type]
-    c.annotations[KUBELET_CONTAINER_TYPE] = "init" if init else "container"
+    if init:
+        c.annotations[PLAIN_CONTAINERD_TYPE] = "init"
     cpu = c.linux.resources.cpu
     cpu.shares.value = max(2, request_milli * 1024 // 1000)  # kubelet MilliCPUToShares
     if limit_milli:

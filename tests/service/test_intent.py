@@ -6,6 +6,7 @@ from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.service.intent import (
     BESTEFFORT,
     BURSTABLE,
+    CONTAINER_TYPE_OVERRIDE,
     GUARANTEED,
     UNMANAGED,
     IntentError,
@@ -96,9 +97,12 @@ def test_init_and_sidecar_marks_come_from_pod_annotations() -> None:
     assert not app.init and not app.restartable
 
 
-def test_kubelet_container_type_annotation_marks_init() -> None:
+def test_plain_containerd_container_type_override_marks_init() -> None:
+    """A plain containerd client's override (README), not a kubelet field: the kubelet writes none."""
     init = intent_from_nri(*make("/kubepods/pod1", 1024, name="setup",
-                                 ctr_ann={"io.kubernetes.container.type": "init"}))
-    assert init.init and not init.restartable
-    app = intent_from_nri(*make("/kubepods/pod1", 1024, ctr_ann={"io.kubernetes.container.type": "container"}))
-    assert not app.init
+                                 ctr_ann={CONTAINER_TYPE_OVERRIDE: "init"}))
+    assert init.init and not init.restartable and init.role == "container-type"
+    app = intent_from_nri(*make("/kubepods/pod1", 1024, ctr_ann={CONTAINER_TYPE_OVERRIDE: "container"}))
+    assert not app.init and app.role == "container-type"
+    unmarked = intent_from_nri(*make("/kubepods/pod1", 1024, name="setup"))
+    assert not unmarked.init and unmarked.role == ""  # as the kubelet sends it: decided when it stops

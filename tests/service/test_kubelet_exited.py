@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 
 from svc_harness import (
-    KUBELET_CONTAINER_TYPE,
     Running,
     assignments,
     checkpoint_entries,
@@ -39,7 +38,6 @@ def kubelet_container(sandbox: api.PodSandbox, name: str, request: int = 0, limi
                       cpus: str = "", mems: str = "", state: int = api.CONTAINER_RUNNING) -> api.Container:
     """As the kubelet sends it: its labels, no container-type annotation."""
     c = container(sandbox, name, request, limit, cid=cid, cpus=cpus, mems=mems, state=state)
-    del c.annotations[KUBELET_CONTAINER_TYPE]
     c.labels.update({"io.kubernetes.pod.namespace": sandbox.namespace, "io.kubernetes.pod.name": sandbox.name,
                      "io.kubernetes.pod.uid": sandbox.uid, "io.kubernetes.container.name": name})
     return c
