@@ -1,5 +1,5 @@
-"""Init and sidecar containers as the kubelet runs them (containers typed "init" by the
-io.kubernetes.container.type annotation, created one after another): a regular init container's
+"""Init and sidecar containers as the kubelet runs them (no annotation marks an init container, the kubelet
+writes none; created one after another): a regular init container's
 exclusive CPUs are reused by its pod's next containers, a sidecar's (an init container still running
 when the app is created) are not (kubelet v1.32 policy_static.go updateCPUsToReuse). The shared
 neighbour never holds any of them."""
@@ -23,7 +23,7 @@ def test_init_cpus_reused_by_the_sidecar_and_the_app_gets_its_own(containerd: Pr
     containerd.cri.wait_exited(init, timeout=60)
     init_cpus = CPUSet.parse(pinner.assignment(init)["cpus"])
     assert len(init_cpus) == 2
-    sidecar = containerd.add_container(pod, "sidecar", res, init=True)  # restartable: keeps running
+    sidecar = containerd.add_container(pod, "sidecar", res, init=True, restartable=True)  # keeps running
     side_cpus = CPUSet.parse(containerd.cpus_allowed_list(sidecar))
     assert side_cpus == init_cpus  # the exited init container's CPUs are reusable
     app = containerd.add_container(pod, "app", res)

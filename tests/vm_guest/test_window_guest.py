@@ -122,7 +122,7 @@ class Scenario:
         # pod A: a sidecar (restartable init, created first as the kubelet does) and an app container
         self.pod_a = rt.run_pod("burstable", 250, 500, containers=0)
         res = resources_for("burstable", 250, 500, None, None)
-        self.sidecar = rt.add_container(self.pod_a, "sidecar", res, init=True)
+        self.sidecar = rt.add_container(self.pod_a, "sidecar", res, init=True, restartable=True)
         self.app = rt.add_container(self.pod_a, "app", res)
         self.pod_b = rt.run_pod("besteffort")
         self.watched = {"a/sidecar": self.sidecar, "a/app": self.app, "b/c0": self.pod_b.container_ids[0]}
