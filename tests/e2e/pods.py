@@ -181,10 +181,29 @@ def add_container(
     cid = send_create(cri, pod, name, container_request(cri, pod, name, 0, annotations, devices), 0)
     pod.containers[name] = cid
     if start:
-        cri.start_container(cid)
+        try:
+            cri.start_container(cid)
+        except grpc.RpcError as exc:
+            if not runc_device_race(exc):
+                raise
+            # runc's own race with systemd over the scope's device program (runc create: its
+            # SetUnitProperties makes systemd re-attach its program while runc replaces it). Not the
+            # plugin's: 0 in 150 creates beside 35 SetUnitProperties/s on other scopes, in the guest.
+            # The kubelet restarts a container whose start failed; so does the harness, and says so.
+            RUNC_DEVICE_RACES.append(f"{pod.name}/{name}")
+            print(f"e2e: runc device-program race starting {pod.name}/{name}; restarted as the kubelet does")
+            return restart_container(cri, pod, name)
         if tuple(command) == WORKLOAD:
             _wait_term_trap(cri, cid)
     return cid
+
+
+RUNC_DEVICE_RACES: list[str] = []  # containers restarted after runc's device-program race (figures)
+
+
+def runc_device_race(exc: grpc.RpcError) -> bool:
+    details = str(exc.details()) if hasattr(exc, "details") else str(exc)
+    return "BPF_PROG_ATTACH (BPF_CGROUP_DEVICE" in details and "no such file or directory" in details
 
 
 def restart_container(cri: CriClient, pod: PodHandle, name: str) -> str:

@@ -154,3 +154,25 @@ def test_active_plugin_needs_registration_then_invocation_order() -> None:
     assert find_active_plugin(log) == "50-a"
     assert find_active_plugin(log, "60-b") == "60-b"
     assert find_active_plugin(log, "70-c") is None
+
+
+def test_runcs_device_program_race_is_told_from_other_start_failures() -> None:
+    """The exact StartContainer error seen in the VM tier (containerd 1.7 and 2.1, systemd driver)."""
+    import grpc
+
+    from tests.e2e.pods import runc_device_race
+
+    class Failed(grpc.RpcError):
+        def __init__(self, details: str) -> None:
+            self._details = details
+
+        def details(self) -> str:
+            return self._details
+
+    seen = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+            "failed: unable to start container process: error during container init: error setting cgroup config "
+            "for procHooks process: failed to call BPF_PROG_ATTACH (BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI): can't "
+            "attach program: no such file or directory")
+    assert runc_device_race(Failed(seen))
+    assert not runc_device_race(Failed(seen.replace("no such file or directory", "argument list too long")))
+    assert not runc_device_race(Failed("nri-pinner: TopologyAffinityError: no NUMA node fits"))
