@@ -160,7 +160,7 @@ def test_runcs_device_program_race_is_told_from_other_start_failures() -> None:
     """The exact StartContainer error seen in the VM tier (containerd 1.7 and 2.1, systemd driver)."""
     import grpc
 
-    from tests.e2e.pods import runc_device_race
+    from .pods import runc_device_race
 
     class Failed(grpc.RpcError):
         def __init__(self, details: str) -> None:
