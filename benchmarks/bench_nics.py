@@ -39,7 +39,7 @@ from nri_pinner.engine.nicmanager.hints import NicHintProvider, NicTable, nic_hi
 from nri_pinner.engine.topology.model import Topology
 from nri_pinner.engine.topologymanager.hints import HintRequest, ResourceHints, TopologyHint, mask_of
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.netns import NicLookup
+from nri_pinner.service.nic_lookup import NicLookup
 
 SIZES = (1, 4, 16)
 POLICIES = ("best-effort", "restricted", "single-numa-node")

@@ -19,7 +19,7 @@ import time
 from nri_pinner.engine.devicemanager.podresources import PodResourcesHintProvider
 from nri_pinner.engine.topologymanager.hints import HintRequest
 from nri_pinner.service.gen import podresources_pb2 as pr
-from nri_pinner.service.podresources import PodResources, view_of
+from nri_pinner.service.podresources_client import PodResources, view_of
 
 GPU = "vendor.com/gpu"
 

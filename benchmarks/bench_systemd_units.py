@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service.cgroup_writer import CpusetWriter
+from nri_pinner.service.cpuset_writer import CpusetWriter
 from nri_pinner.service.systemd_units import SystemdUnits
 
 SLICE, PREFIX = "nribench.slice", "nribench"

@@ -28,7 +28,7 @@ def status(socket: str | None, config_path: str, as_json: bool = False) -> int:
             from .config import InspectSettings
 
             socket = InspectSettings().socket
-    from .service.inspect import query
+    from .service.status_server import query
 
     try:
         doc = query(socket)

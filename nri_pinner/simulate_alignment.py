@@ -111,7 +111,7 @@ def scenario_memory_policy(settings: Settings, topology: Topology, data: Mapping
         return None
     reserved = parse_reserved_memory(settings.memory_manager.reserved_memory)
     if data is None and sysfs_root is not None:
-        from .service.alignment import memory_policy
+        from .service.request_intake import memory_policy
         return memory_policy(settings, topology)
     data = data or {}
     memory = {int(k): int(v) for k, v in (data.get("numa_memory_bytes") or {}).items()}

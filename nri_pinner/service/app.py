@@ -23,15 +23,15 @@ from ..engine.topology.sysfs import SysfsError, discover
 from ..engine.topologymanager.hints import HintProvider
 from ..nri.stub import Stub, serve
 from . import checkpoint, logs
-from .alignment import memory_policy
 from .cri_client import CRIClient
-from .inspect import start_server, status_document
 from .metrics import Metrics
 from .metrics_http import Listener
-from .netns import NicLookup
+from .nic_lookup import NicLookup
 from .plugin import PinnerPlugin
-from .podresources import PodResources, PodResourcesMetrics, podresources_of
+from .podresources_client import PodResources, PodResourcesMetrics, podresources_of
 from .reconcile import Reconciler, stop_task
+from .request_intake import memory_policy
+from .status_server import start_server, status_document
 from .tracker import Tracker
 
 log = structlog.get_logger("nri_pinner")
@@ -50,7 +50,7 @@ def build_engine(settings: Settings, topology: Topology) -> tuple[Engine, NicLoo
     providers: list[HintProvider] = []
     if nics is not None:
         providers.append(NicHintProvider(topology.numa_nodes, nics.numa_nodes))
-    if "podresources" in settings.hints.providers:  # fetched in the background, see service/podresources.py
+    if "podresources" in settings.hints.providers:  # fetched in the background, see service/podresources_client.py
         pr = settings.podresources
         providers.append(PodResourcesHintProvider(topology.numa_nodes, PodResources(
             pr.socket, pr.refresh_seconds, pr.timeout_seconds)))

@@ -1,4 +1,7 @@
-"""The checkpoint file: JSON with a format version and a checksum, written atomically.
+"""The checkpoint, all of it: what a body holds (`Snapshot.body`, one entry per container with an
+assignment, memory blocks included), how it is read back (`checkpoint_entries`, `held_from_checkpoint`,
+`restore_memory`), and the file: JSON with a format version and a checksum, written atomically
+(`checkpoint_writer.py` writes it behind the replies).
 
 A checkpoint is a hint for rebuilding state, never a gate: `read()` returns what it could use
 and why it could not, and the service rebuilds from the runtime's view either way.
@@ -11,9 +14,17 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..engine.admission import Engine
+from ..engine.cpumanager.state import Assignment, EngineState
+from ..engine.cpuset import CPUSet
+from ..engine.memorymanager.provider import memory_state
+from ..engine.memorymanager.state import Block
+from .tracker import Tracked
 
 FORMAT_VERSION = 1
 KIND = "nri-pinner-checkpoint"
@@ -135,3 +146,82 @@ def write(path: str | Path, body: dict[str, Any]) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the body is built from. `containers` is a copy of the tracker's dict: its `Tracked`
+    records are shared, but the fields read here (ids, the intent's key) never change."""
+
+    state: EngineState
+    containers: Mapping[str, Tracked]
+    reserved: CPUSet
+    shared: CPUSet
+    extra: Callable[[tuple[str, str]], dict[str, Any]] | None = None  # more per entry (memory blocks)
+
+    def body(self) -> dict[str, Any]:
+        entries = []
+        for cid, t in self.containers.items():
+            a = self.state.get(*t.key)
+            if a is not None:
+                more = self.extra(t.key) if self.extra is not None else {}
+                role = {"role": t.intent.role} if t.intent.role else {}  # who said init or app (rebuild keeps it)
+                stopped = {"stopped": True} if t.stopped else {}  # an exited container its pod keeps
+                entries.append({"container_id": cid, "sandbox_id": t.sandbox_id, **a.to_dict(), **role, **stopped,
+                                **more})
+        return {"policy": "static", "reserved": str(self.reserved), "shared": str(self.shared), "entries": entries}
+
+
+def checkpoint_entries(body: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    if not body:
+        return {}
+    entries = body.get("entries")
+    if not isinstance(entries, list):
+        return {}
+    return {str(e["container_id"]): e for e in entries if isinstance(e, Mapping) and "container_id" in e}
+
+
+def held_from_checkpoint(engine: Engine, entries: Mapping[str, Mapping[str, Any]]
+                         ) -> tuple[EngineState, dict[str, tuple[str, str]], list[str]]:
+    """The checkpoint's exclusive assignments held in a fresh state (until Synchronize replaces them
+    with the runtime's view): (state, container id -> key held, problems). Entries that cannot be
+    read are skipped with a problem each."""
+    state = engine.initial_state()
+    held: dict[str, tuple[str, str]] = {}
+    problems: list[str] = []
+    for cid, entry in entries.items():
+        try:
+            a = Assignment.from_dict(entry)
+        except ValueError as exc:
+            problems.append(f"checkpoint entry for {cid[:12]} ignored: {exc}")
+            continue
+        if a.exclusive:
+            state = state.hold(a)
+            held[cid] = a.key
+    return state, held, problems
+
+
+def memory_entries(engine: Engine, state: EngineState, key: tuple[str, str]) -> dict[str, Any]:
+    """The container's memory blocks for its checkpoint entry (``{}`` when it holds none)."""
+    if engine.memory is None or "memory" not in state.providers:
+        return {}
+    blocks = memory_state(state.providers["memory"]).get(*key)
+    return {"memory_blocks": [b.to_dict() for b in blocks]} if blocks else {}
+
+
+def restore_memory(engine: Engine, state: EngineState, key: tuple[str, str],
+                   entry: Any, repairs: list[str]) -> EngineState:
+    """Put a checkpointed container's memory blocks back (before anything new is admitted)."""
+    if engine.memory is None or not isinstance(entry, dict) or not entry.get("memory_blocks"):
+        return state
+    try:
+        blocks = tuple(Block.from_dict(b) for b in entry["memory_blocks"])
+    except (ValueError, TypeError, AttributeError) as exc:
+        repairs.append(f"{key[0]}/{key[1]}: checkpointed memory blocks unusable ({exc}); dropped")
+        return state
+    unknown = sorted({n for b in blocks for n in b.numa} - set(engine.memory.nodes))
+    if unknown:
+        repairs.append(f"{key[0]}/{key[1]}: checkpointed memory on unknown NUMA node(s) {unknown}; dropped")
+        return state
+    mstate = memory_state(state.providers.get("memory"))
+    return state.with_provider("memory", mstate.with_blocks(*key, blocks))

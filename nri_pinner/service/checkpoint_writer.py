@@ -18,46 +18,18 @@ the cgroups, and a container admitted after the last write is adopted from its c
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from ..engine.cpumanager.state import EngineState
-from ..engine.cpuset import CPUSet
 from . import checkpoint
-from .cgroup_sync import background_priority
-from .tracker import Tracked
+from .cgroup_passes import background_priority
+from .checkpoint import Snapshot
 
 log = structlog.get_logger("nri_pinner.service")
 
 LINGER_SECONDS = 0.1
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What the body is built from. `containers` is a copy of the tracker's dict: its `Tracked`
-    records are shared, but the fields read here (ids, the intent's key) never change."""
-
-    state: EngineState
-    containers: Mapping[str, Tracked]
-    reserved: CPUSet
-    shared: CPUSet
-    extra: Callable[[tuple[str, str]], dict[str, Any]] | None = None  # more per entry (memory blocks)
-
-    def body(self) -> dict[str, Any]:
-        entries = []
-        for cid, t in self.containers.items():
-            a = self.state.get(*t.key)
-            if a is not None:
-                more = self.extra(t.key) if self.extra is not None else {}
-                role = {"role": t.intent.role} if t.intent.role else {}  # who said init or app (rebuild keeps it)
-                stopped = {"stopped": True} if t.stopped else {}  # an exited container its pod keeps
-                entries.append({"container_id": cid, "sandbox_id": t.sandbox_id, **a.to_dict(), **role, **stopped,
-                                **more})
-        return {"policy": "static", "reserved": str(self.reserved), "shared": str(self.shared), "entries": entries}
 
 
 class CheckpointWriter:

@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from .cgroup_writer import WriteCounts
+    from .cpuset_writer import WriteCounts
     from .tracker import Tracker
 
 # Rejection reasons and the part of the engine (the "provider") that raises each: the CPU manager's

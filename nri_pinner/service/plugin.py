@@ -17,22 +17,22 @@ import structlog
 
 from ..config import Settings
 from ..engine.admission import AdmissionRequest
-from ..engine.cpumanager.state import Assignment
 from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
-from .alignment import Intake, memory_entries
-from .cgroup_sync import CgroupSyncer, pass_wait_seconds
-from .cgroup_writer import CpusetWriter, unwritable
-from .cgroups import CgroupError
-from .checkpoint_writer import CheckpointWriter, Snapshot
-from .cpuset_sync import reply_updates
+from .cgroup_passes import CgroupSyncer, pass_wait_seconds
+from .cgroup_paths import CgroupError
+from .checkpoint import Snapshot, checkpoint_entries, held_from_checkpoint, memory_entries
+from .checkpoint_writer import CheckpointWriter
+from .cpuset_writer import CpusetWriter, unwritable
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .metrics import Metrics
-from .netns import NicLookup
-from .rebuild import checkpoint_entries, note_unreadable, rebuild, repin_waiting
-from .resize import Resizer
+from .nic_lookup import NicLookup
+from .rebuild import note_unreadable, rebuild, repin_waiting
+from .reply_updates import reply_updates
+from .request_intake import Intake
+from .resize_handler import Resizer
 from .roles import decide_role, mark_sidecars, release_pod, role_at_create
 from .systemd_units import SystemdUnits
 from .tracker import Containers, Tracked, Tracker
@@ -106,16 +106,9 @@ class PinnerPlugin:
         tr = self.tracker
         if tr.containers or not self._prior:
             return
-        state = tr.engine.initial_state()
-        for cid, entry in self._prior.items():
-            try:
-                a = Assignment.from_dict(entry)
-            except ValueError as exc:
-                log.warning("checkpoint entry ignored", container_id=cid[:12], error=str(exc))
-                continue
-            if a.exclusive:
-                state = state.hold(a)
-                self._seeded[cid] = a.key
+        state, self._seeded, problems = held_from_checkpoint(tr.engine, self._prior)
+        for problem in problems:
+            log.warning("checkpoint entry ignored", problem=problem)
         tr.state, repairs = tr.engine.policy.start(state)
         for message in repairs:
             log.warning("state repaired", repair=message)
@@ -268,7 +261,7 @@ class PinnerPlugin:
             self._commit()
 
     def update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
-        """A kubelet resize or a cpuset-only update (README "Resize"; service/resize.py)."""
+        """A kubelet resize or a cpuset-only update (README "Resize"; service/resize_handler.py)."""
         return self.resizer.update_container(req)
 
     def fallback_update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:

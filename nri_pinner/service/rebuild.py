@@ -19,7 +19,7 @@ from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import EMPTY, CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
-from .alignment import restore_memory
+from .checkpoint import restore_memory
 from .intent import GUARANTEED, UNMANAGED, ContainerIntent, intent_from_nri, qos_from_cgroup_parent
 from .metrics import Metrics
 from .tracker import Tracked, Tracker
@@ -47,15 +47,6 @@ class Rebuilt:
     repairs: list[str]
     unreadable: list[Unreadable] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # Guaranteed ids left on the shared pool, oldest first
-
-
-def checkpoint_entries(body: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
-    if not body:
-        return {}
-    entries = body.get("entries")
-    if not isinstance(entries, list):
-        return {}
-    return {str(e["container_id"]): e for e in entries if isinstance(e, Mapping) and "container_id" in e}
 
 
 def _cpus(text: str) -> CPUSet:
@@ -112,7 +103,7 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             containers: Sequence[api.Container], cgroup: CgroupReader | None = None,
             start: EngineState | None = None) -> Rebuilt:
     """``start``: place the containers into this state instead of an empty one (adopting a container
-    an event names that Synchronize did not list, `service/resize.py`)."""
+    an event names that Synchronize did not list, `service/resize_handler.py`)."""
     pods_by_id = {p.id: p for p in pods}
     active = [c for c in containers if c.pod_sandbox_id in pods_by_id
               and (c.state != api.CONTAINER_STOPPED or _kept_stopped(c, pods_by_id, prior))]

@@ -26,12 +26,12 @@ from ..engine.cpuset import CPUSet, CPUSetError
 from ..engine.qos import QoS
 from ..engine.topology.sysfs import discover
 from ..nri.stub import Stub
-from .cgroup_sync import CgroupSyncer
-from .cgroup_writer import CpusetWriter
-from .cgroups import CgroupError, read_cpus
-from .cpuset_sync import cpu_update
+from .cgroup_passes import CgroupSyncer
+from .cgroup_paths import CgroupError, read_cpus
+from .cpuset_writer import CpusetWriter
 from .cri_client import CRIClient
 from .metrics import Metrics
+from .reply_updates import cpu_update
 from .tracker import Tracker
 from .uevents import open_socket, watch_cpus
 

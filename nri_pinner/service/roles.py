@@ -33,7 +33,7 @@ import structlog
 
 from ..engine.cpuset import EMPTY, CPUSet
 from .intent import ContainerIntent
-from .podresources import podresources_of
+from .podresources_client import podresources_of
 from .tracker import Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")

@@ -24,7 +24,7 @@ from typing import Any
 
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.service import checkpoint
-from nri_pinner.service.inspect import query
+from nri_pinner.service.status_server import query
 
 from .harness import PodHandle, PrivateContainerd
 from .pinner import Pinner, start_pinner, wait_for

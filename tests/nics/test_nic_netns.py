@@ -17,7 +17,7 @@ from pyroute2 import IPRoute  # type: ignore[import-untyped]
 from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-untyped]
 
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.netns import (
+from nri_pinner.service.nic_lookup import (
     NICS_ANNOTATION,
     NicLink,
     NicLookup,

@@ -19,7 +19,7 @@ from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.inspect_cli import render_status
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.service.app import Service, build_engine
-from nri_pinner.service.netns import NICS_ANNOTATION
+from nri_pinner.service.nic_lookup import NICS_ANNOTATION
 from tests.service.svc_harness import DUAL_SOCKET, container, create, document, make_settings, pod, running
 
 if os.geteuid() != 0:

@@ -17,7 +17,7 @@ from svc_harness import Running, container, cpuset_updates, create, make_setting
 
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service import cgroup_sync, cgroup_writer
+from nri_pinner.service import cgroup_passes, cpuset_writer
 from nri_pinner.service.app import Service
 from testkit.fake_runtime import CONTAINERD_2_1_9
 
@@ -51,14 +51,14 @@ async def start_shared(r: Running, root: Path) -> None:
     await r.conn.state_change(api.START_CONTAINER, BPOD, B)
 
 
-async def written(svc: Service) -> cgroup_sync.CgroupSyncer:
+async def written(svc: Service) -> cgroup_passes.CgroupSyncer:
     """The syncer, once a pass begun at the newest change has finished (asserted, within 5 s)."""
     syncer = svc.plugin.syncer
     assert syncer is not None and await asyncio.to_thread(syncer.wait, svc.tracker.generation, 5)
     return syncer
 
 
-async def shrunk_for_g(r: Running, root: Path) -> tuple[CPUSet, cgroup_sync.CgroupSyncer]:
+async def shrunk_for_g(r: Running, root: Path) -> tuple[CPUSet, cgroup_passes.CgroupSyncer]:
     """B started, G created, and the syncer's pass for G done: (the shared pool now, the syncer)."""
     await start_shared(r, root)
     reply = await r.conn.create_container(create(GPOD, G))
@@ -147,7 +147,7 @@ async def test_a_start_waits_for_the_pass_after_its_own_create_not_for_later_cha
         pool, syncer = await shrunk_for_g(r, root)
         passes = syncer.passes
         # the syncer now holds every pass back; only a waiting StartContainer would run one itself
-        monkeypatch.setattr(cgroup_sync, "SETTLE_SECONDS", 60.0)
+        monkeypatch.setattr(cgroup_passes, "SETTLE_SECONDS", 60.0)
         await r.conn.create_container(create(BPOD, LATE))  # a newer generation; nothing started changes
         await r.conn.state_change(api.START_CONTAINER, GPOD, G)
         assert syncer.passes == passes and held(root, B)[0] == pool
@@ -236,16 +236,16 @@ async def test_create_does_not_wait_for_the_writes_but_the_exclusive_start_does(
     settings = make_settings(workdir)
     root = Path(settings.reconcile.cgroup_root)
     gate = threading.Event()
-    real = cgroup_writer.OpenFiles.write
+    real = cpuset_writer.OpenFiles.write
 
-    def slow_disk(self: cgroup_writer.OpenFiles, path: str, text: str, keep: bool = True) -> None:
+    def slow_disk(self: cpuset_writer.OpenFiles, path: str, text: str, keep: bool = True) -> None:
         assert gate.wait(10)
         real(self, path, text, keep)
 
     async with running(settings) as r:
         online = r.topology.online
         await start_shared(r, root)
-        monkeypatch.setattr(cgroup_writer.OpenFiles, "write", slow_disk)  # each cgroup write hangs until the gate opens
+        monkeypatch.setattr(cpuset_writer.OpenFiles, "write", slow_disk)  # each cgroup write hangs until the gate opens
 
         reply = await r.conn.create_container(create(GPOD, G))  # answered while the write hangs
         assert reply is not None and reply.update == []
@@ -273,7 +273,7 @@ async def test_a_waiting_start_does_not_wait_out_the_syncers_settling(
         workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The syncer settles after a kick so the runtime's own work goes first; an exclusive start that
     # waits for the pass must cut that short (with a 60 s settle, its 1 s wait would run out).
-    monkeypatch.setattr(cgroup_sync, "SETTLE_SECONDS", 60.0)
+    monkeypatch.setattr(cgroup_passes, "SETTLE_SECONDS", 60.0)
     settings = make_settings(workdir)
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
@@ -285,7 +285,7 @@ async def test_a_waiting_start_runs_the_pass_itself_when_the_syncer_gets_no_cpu(
     # On a busy node the nice-10 syncer thread may not run for a while: the StartContainer handler
     # that waits for the pass runs it on its own thread instead of waiting for the syncer.
     stalled = threading.Event()
-    monkeypatch.setattr(cgroup_sync, "background_priority", lambda: stalled.wait(30))
+    monkeypatch.setattr(cgroup_passes, "background_priority", lambda: stalled.wait(30))
     settings = make_settings(workdir)
     root = Path(settings.reconcile.cgroup_root)
     try:
@@ -300,7 +300,7 @@ async def test_a_pool_that_only_grows_waits_longer_and_a_start_still_cuts_it_sho
         workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Widening is never urgent (no shared container loses a CPU), so a stop's pass waits for the
     # runtime to finish the stop; the shrink before it did not wait that long.
-    monkeypatch.setattr(cgroup_sync, "WIDEN_SETTLE_SECONDS", 60.0)
+    monkeypatch.setattr(cgroup_passes, "WIDEN_SETTLE_SECONDS", 60.0)
     settings = make_settings(workdir)
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:

@@ -1,4 +1,4 @@
-"""Direct cpuset writes (service/cgroup_writer.py).
+"""Direct cpuset writes (service/cpuset_writer.py).
 
 Two kinds of tree:
 - trees this test builds in tmp, in the layouts the kubelet makes for each cgroup driver on cgroup
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service import cgroup_writer
-from nri_pinner.service.cgroup_writer import CpusetWriter, unwritable
-from nri_pinner.service.cgroups import CgroupError
+from nri_pinner.service import cpuset_writer
+from nri_pinner.service.cgroup_paths import CgroupError
+from nri_pinner.service.cpuset_writer import CpusetWriter, unwritable
 
 UID, CID = "0f1e2d3c_4b5a", "c0ffee"
 
@@ -71,9 +71,9 @@ def read(d: Path, name: str = "cpuset.cpus") -> CPUSet:
 def kernel_v1_rule(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, CPUSet]]:
     """Record every write and check, as the v1 kernel does, that it keeps children inside parents."""
     writes: list[tuple[Path, CPUSet]] = []
-    real = cgroup_writer.OpenFiles.write
+    real = cpuset_writer.OpenFiles.write
 
-    def checked(self: cgroup_writer.OpenFiles, path_text: str, text: str, keep: bool = True) -> None:
+    def checked(self: cpuset_writer.OpenFiles, path_text: str, text: str, keep: bool = True) -> None:
         path, value = Path(path_text), CPUSet.parse(text)
         d = path.parent
         if "cpuset" not in path.parts:  # cgroup v2: no such rule
@@ -86,7 +86,7 @@ def kernel_v1_rule(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, CPUSet]]
         writes.append((path, value))
         real(self, path_text, text, keep)
 
-    monkeypatch.setattr(cgroup_writer.OpenFiles, "write", checked)
+    monkeypatch.setattr(cpuset_writer.OpenFiles, "write", checked)
     return writes
 
 
@@ -175,7 +175,7 @@ def test_descriptors_stay_open_between_writes_and_close_when_the_container_goes(
 
 
 def test_descriptors_past_the_limit_close_the_oldest(tmp_path: Path) -> None:
-    files = cgroup_writer.OpenFiles(limit=2)
+    files = cpuset_writer.OpenFiles(limit=2)
     names = [tmp_path / f"f{i}" for i in range(4)]
     before = open_count()
     for n in names:
@@ -189,7 +189,7 @@ def test_descriptors_past_the_limit_close_the_oldest(tmp_path: Path) -> None:
 
 
 def test_a_failed_write_drops_its_descriptor(tmp_path: Path) -> None:
-    files = cgroup_writer.OpenFiles(limit=8)
+    files = cpuset_writer.OpenFiles(limit=8)
     before = open_count()
     with pytest.raises(CgroupError, match="No space left"):  # /dev/full refuses every write, as a refusing cgroup
         files.write("/dev/full", "1")

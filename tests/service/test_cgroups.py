@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service.cgroups import (
+from nri_pinner.service.cgroup_paths import (
     CgroupError,
     cpuset_dir,
     expand_systemd_slice,

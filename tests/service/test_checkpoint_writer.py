@@ -14,7 +14,8 @@ from svc_harness import checkpoint_entries, container, create, make_settings, po
 from nri_pinner.engine.cpumanager.state import EngineState
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.service import checkpoint, checkpoint_writer
-from nri_pinner.service.checkpoint_writer import CheckpointWriter, Snapshot
+from nri_pinner.service.checkpoint import Snapshot
+from nri_pinner.service.checkpoint_writer import CheckpointWriter
 
 GPOD, BPOD = pod("gold"), pod("burst", "burstable")
 

@@ -26,7 +26,7 @@ from nri_pinner.engine.devicemanager.podresources import (
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.engine.topologymanager.hints import HintRequest, TopologyHint, mask_of
 from nri_pinner.service.gen import podresources_pb2 as pr
-from nri_pinner.service.podresources import view_of
+from nri_pinner.service.podresources_client import view_of
 from testkit.fake_kubelet import Devices, container_devices
 
 NODES = (0, 1)

@@ -38,9 +38,9 @@ from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.inspect_cli import render_status
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import TtrpcStatusError
-from nri_pinner.service import cgroup_writer
-from nri_pinner.service.alignment import memory_policy
+from nri_pinner.service import cpuset_writer
 from nri_pinner.service.app import Service
+from nri_pinner.service.request_intake import memory_policy
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, CONTAINERD_2_3_0, RuntimeProfile
 from testkit.scripts import load_script
 
@@ -81,14 +81,14 @@ async def started(r: Running, root: Path, p: api.PodSandbox, c: api.Container) -
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """Every cgroup cpuset.cpus write, in order: (container directory name, cpus)."""
     log: list[tuple[str, str]] = []
-    real = cgroup_writer.OpenFiles.write
+    real = cpuset_writer.OpenFiles.write
 
-    def recording(self: cgroup_writer.OpenFiles, path: str, text: str, keep: bool = True) -> None:
+    def recording(self: cpuset_writer.OpenFiles, path: str, text: str, keep: bool = True) -> None:
         real(self, path, text, keep)
         if path.endswith("cpuset.cpus"):
             log.append((Path(path).parent.name, text.strip()))
 
-    monkeypatch.setattr(cgroup_writer.OpenFiles, "write", recording)
+    monkeypatch.setattr(cpuset_writer.OpenFiles, "write", recording)
     return log
 
 

@@ -152,7 +152,7 @@ async def test_an_unknown_container_over_budget_gets_the_shared_pool_and_is_adop
             time.sleep(1.0)  # a blocked adoption: past the budget, inside the runtime's timeout
             return rebuild(*args, **kwargs)
 
-        monkeypatch.setattr("nri_pinner.service.resize.rebuild", slow)
+        monkeypatch.setattr("nri_pinner.service.resize_handler.rebuild", slow)
         stale = container(BPOD, "app", 100, cpus=str(r.topology.online))
         reply = await r.conn.update_container(resize(stale, BPOD, 200, 0))
         assert reply is not None and not r.conn.closed

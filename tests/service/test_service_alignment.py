@@ -31,8 +31,8 @@ from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.inspect_cli import render_status
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import TtrpcStatusError
-from nri_pinner.service.alignment import Intake, memory_policy, page_size_bytes
 from nri_pinner.service.app import Service
+from nri_pinner.service.request_intake import Intake, memory_policy, page_size_bytes
 from testkit.fake_runtime import CONTAINERD_2_3_0
 from testkit.scripts import load_script
 

@@ -20,9 +20,9 @@ from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import TtrpcStatusError
 from nri_pinner.service.app import Service
-from nri_pinner.service.inspect import start_server
 from nri_pinner.service.metrics import REJECTIONS, RESIZE_KINDS, RESIZE_REFUSALS
 from nri_pinner.service.metrics_http import Listener
+from nri_pinner.service.status_server import start_server
 from testkit.fake_runtime import CONTAINERD_2_3_0, FakeRuntime, running_stub
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -16,7 +16,7 @@ from nri_pinner import cli
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import TtrpcStatusError
-from nri_pinner.service.inspect import query, start_server
+from nri_pinner.service.status_server import query, start_server
 from testkit.fake_runtime import CONTAINERD_2_3_0
 
 

@@ -20,17 +20,15 @@ from typing import Any
 import structlog
 
 from ..config import Settings
-from ..engine.admission import Engine
-from ..engine.cpumanager.state import EngineState
 from ..engine.devicemanager.hints import Device
 from ..engine.devicemanager.podresources import without_reported
 from ..engine.memorymanager.policy import StaticMemoryPolicy
-from ..engine.memorymanager.provider import build_policy, memory_state, parse_reserved_memory
-from ..engine.memorymanager.state import MEMORY, Block, hugepage_resource
+from ..engine.memorymanager.provider import build_policy, parse_reserved_memory
+from ..engine.memorymanager.state import MEMORY, hugepage_resource
 from ..engine.topology.memory import read_node_memory
 from ..engine.topology.model import Topology
 from ..engine.topology.pci import DeviceResolver, DeviceTopology
-from .podresources import PodResources
+from .podresources_client import PodResources
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -145,29 +143,3 @@ def _resource(found: DeviceTopology, by_env: dict[str, str], cdi: list[str]) -> 
     if len(cdi) == 1:
         return cdi[0]
     return found.driver or "unknown"
-
-
-def memory_entries(engine: Engine, state: EngineState, key: tuple[str, str]) -> dict[str, Any]:
-    """The container's memory blocks for its checkpoint entry (``{}`` when it holds none)."""
-    if engine.memory is None or "memory" not in state.providers:
-        return {}
-    blocks = memory_state(state.providers["memory"]).get(*key)
-    return {"memory_blocks": [b.to_dict() for b in blocks]} if blocks else {}
-
-
-def restore_memory(engine: Engine, state: EngineState, key: tuple[str, str],
-                   entry: Any, repairs: list[str]) -> EngineState:
-    """Put a checkpointed container's memory blocks back (before anything new is admitted)."""
-    if engine.memory is None or not isinstance(entry, dict) or not entry.get("memory_blocks"):
-        return state
-    try:
-        blocks = tuple(Block.from_dict(b) for b in entry["memory_blocks"])
-    except (ValueError, TypeError, AttributeError) as exc:
-        repairs.append(f"{key[0]}/{key[1]}: checkpointed memory blocks unusable ({exc}); dropped")
-        return state
-    unknown = sorted({n for b in blocks for n in b.numa} - set(engine.memory.nodes))
-    if unknown:
-        repairs.append(f"{key[0]}/{key[1]}: checkpointed memory on unknown NUMA node(s) {unknown}; dropped")
-        return state
-    mstate = memory_state(state.providers.get("memory"))
-    return state.with_provider("memory", mstate.with_blocks(*key, blocks))

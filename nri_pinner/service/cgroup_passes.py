@@ -25,8 +25,8 @@ import time
 import structlog
 
 from ..engine.cpuset import CPUSet
-from .cgroup_writer import CpusetWriter
-from .cgroups import CgroupError
+from .cgroup_paths import CgroupError
+from .cpuset_writer import CpusetWriter
 from .tracker import Tracked, Tracker
 
 log = structlog.get_logger("nri_pinner.service")

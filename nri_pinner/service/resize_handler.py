@@ -28,9 +28,9 @@ from ..engine.cpumanager.resize import ResizeDecision
 from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import CPUSet, CPUSetError
 from ..nri.gen import api_pb2 as api
-from .cpuset_sync import cpu_update
 from .intent import GUARANTEED, cpu_limit_milli, shares_to_milli
 from .rebuild import note_unreadable, rebuild
+from .reply_updates import cpu_update
 from .tracker import Tracked, desired_of
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ class Resizer:
         t.intent = replace(t.intent, request_milli=request, limit_milli=limit)
         after = tr.desired(t)[0]
         self._note(t, d.kind, "", before, after, request, limit, "", d, time.perf_counter() - started)
-        p._commit()  # kicks the syncer: narrowing writes first, then widening (cgroup_sync)
+        p._commit()  # kicks the syncer: narrowing writes first, then widening (cgroup_passes)
         if not t.started:
             t.start_after = tr.generation  # its start waits for a pass that saw the new CPUs
         if d.added and t.started and p.syncer is not None:

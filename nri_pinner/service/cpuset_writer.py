@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..engine.cpuset import CPUSet, CPUSetError
-from .cgroups import CgroupError, cpuset_dir, relative_cgroup_path
+from .cgroup_paths import CgroupError, cpuset_dir, relative_cgroup_path
 from .systemd_units import SystemdUnits, scope_unit
 
 CPUS, MEMS, BALANCE = "cpuset.cpus", "cpuset.mems", "cpuset.sched_load_balance"
