@@ -1,21 +1,31 @@
 """asyncio NRI plugin stub, modelled on containerd/nri ``pkg/stub``.
 
 The plugin object implements only the handlers it needs; the stub owns the connection, registration,
-dispatch and the wire. Handlers (sync or async; all run on the stub's handler thread):
+dispatch and the wire. Each handler is declared by a ``Protocol`` in :mod:`nri_pinner.nri.handlers`
+(mypy checks a plugin against them; the stub discovers them with ``isinstance``). Handlers (sync or
+async; all run on the stub's handler thread):
 
-* ``configure(req: ConfigureRequest) -> int | None`` — optional event mask (subset of the handled ones)
-* ``synchronize(pods: list[PodSandbox], containers: list[Container]) -> Sequence[ContainerUpdate] | None``
-* ``create_container(req) -> CreateContainerResponse | None``, likewise ``update_container``,
-  ``stop_container``, ``update_pod_sandbox``, ``validate_container_adjustment``
+* ``configure(req) -> int | None`` — optional event mask (subset of the handled ones)
+* ``synchronize(pods, containers) -> UpdatesReply | Sequence[ContainerUpdate] | None``
+* ``create_container(req) -> CreateReply | CreateContainerResponse``; ``update_container`` and
+  ``stop_container`` ``-> UpdatesReply | <Event>Response``; ``update_pod_sandbox`` and
+  ``validate_container_adjustment`` ``-> <Event>Response | None``. The stub builds the NRI response
+  from a typed reply (:mod:`nri_pinner.nri.stub_replies`); raw responses pass through.
 * state events, each ``(event: StateChangeEvent) -> None``: ``run_pod_sandbox``, ``stop_pod_sandbox``,
   ``remove_pod_sandbox``, ``post_create_container``, ``start_container``, ``post_start_container``,
   ``post_update_container``, ``remove_container``, ``post_update_pod_sandbox``, or a catch-all
   ``state_change``. NRI v0.12's dedicated RPCs and the older ``StateChange`` reach the same handler.
+* any handler may instead return a ``Deferred`` (a parked reply) and resolve it later from another
+  call on the handler thread: the runtime gets the answer when it resolves, within the budget.
 * ``shutdown()``, ``on_connect()`` (before registering) and ``on_close()`` (after a connection ends):
   hooks to rebuild state per connection.
 * ``fallback_<handler>(same args)`` — sync, quick, runs on the wire loop: the answer sent when
   ``<handler>`` overruns its budget (default: an empty response); raising sends an error status.
-* ``discarded_reply(handler: str, args: tuple, outcome: object)`` — told about late answers.
+* ``discarded_reply(handler: str, args: tuple, outcome: object)`` — told about late answers
+  (including a Deferred resolved after the budget).
+
+The handler thread is the stub's own (created and stopped by :meth:`Stub.run`) unless one is passed
+as ``handler_thread``: then its owner starts and stops it and may submit its own calls to it.
 
 Unhandled or unknown methods are answered with Unimplemented (12); a v0.12 runtime then falls back
 to StateChange.
@@ -35,6 +45,7 @@ from typing import Any
 
 from nri_pinner.nri import codec, versions
 from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.nri.handlers import bound_handler
 from nri_pinner.nri.stub_dispatch import (
     DEFAULT_REGISTRATION_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
@@ -43,13 +54,14 @@ from nri_pinner.nri.stub_dispatch import (
     Dispatcher,
     StubStats,
 )
-from nri_pinner.nri.stub_handlers import HandlerThread, call_with_budget, event_names, implements
+from nri_pinner.nri.stub_handlers import HandlerThread, call_with_budget, event_names
 from nri_pinner.nri.stub_wire import KvLogger, PeerClosedError, TtrpcPeer, TtrpcStatusError
 
 __all__ = [
     "DEFAULT_SOCKET_PATH",
     "PLUGIN_SERVICE",
     "RUNTIME_SERVICE",
+    "HandlerThread",
     "NotConnectedError",
     "PluginConnectionLost",
     "Stub",
@@ -88,6 +100,7 @@ class Stub:
         registration_timeout: float = DEFAULT_REGISTRATION_TIMEOUT,
         backoff_initial: float = 0.5,
         backoff_max: float = 10.0,
+        handler_thread: HandlerThread | None = None,
     ) -> None:
         env = os.environ if env is None else env
         self._fd: int | None = None
@@ -108,6 +121,7 @@ class Stub:
         self.socket_path = socket_path or DEFAULT_SOCKET_PATH
         self.backoff_initial, self.backoff_max = backoff_initial, backoff_max
         self._plugin = plugin
+        self._handler_thread = handler_thread  # owned by the caller: used, never created or stopped
         self._log = KvLogger(logger, "nri_pinner.nri.stub")
         self._dispatch = Dispatcher(
             plugin, self.full_name, self._log, budget_margin=budget_margin,
@@ -204,7 +218,9 @@ class Stub:
         Pre-installed mode raises PluginConnectionLost when the inherited socket closes.
         """
         self._loop = asyncio.get_running_loop()
-        handlers = self._dispatch.handlers = HandlerThread(f"nri-{self.full_name}")
+        own_thread = self._handler_thread is None
+        handlers = self._handler_thread or HandlerThread(f"nri-{self.full_name}")
+        self._dispatch.handlers = handlers
         backoff = self.backoff_initial
         try:
             while not self._stopping.is_set():
@@ -229,7 +245,8 @@ class Stub:
                     await asyncio.wait_for(self._stopping.wait(), backoff)
                 backoff = min(backoff * 2, self.backoff_max)
         finally:
-            handlers.stop()
+            if own_thread:
+                handlers.stop()
             self._stopping.clear()  # run() may be called again after stop()
 
     async def stop(self) -> None:
@@ -289,12 +306,11 @@ class Stub:
                        level=logging.ERROR)
 
     async def _hook(self, name: str) -> None:
-        handlers = self._dispatch.handlers
-        if not implements(self._plugin, name) or handlers is None:
+        handlers, hook = self._dispatch.handlers, bound_handler(self._plugin, name)
+        if hook is None or handlers is None:
             return
         try:
-            await call_with_budget(handlers, getattr(self._plugin, name), (), self.registration_timeout,
-                                   lambda _outcome: None)
+            await call_with_budget(handlers, hook, (), self.registration_timeout, lambda _outcome: None)
         except Exception as exc:
             self._log.error("plugin hook failed", hook=name, error=repr(exc))
 

@@ -1,14 +1,16 @@
 """Plugin-side request dispatch for the NRI stub: one runtime request in, one ttrpc reply out.
 
 Holds what the runtime told us in Configure (name, version, NRI version, timeouts) and the
-per-connection Synchronize chunk buffer. Every handler call is budgeted (see stub_handlers).
+per-connection Synchronize chunk buffer. Handlers are found through their Protocols
+(:mod:`nri_pinner.nri.handlers`), every call is budgeted and may be parked (see stub_handlers), and
+the response is built from the handler's typed reply (see stub_replies); a reply of the wrong type
+is answered with an error status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -16,6 +18,7 @@ from google.protobuf.message import DecodeError
 
 from nri_pinner.nri import versions
 from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.nri.handlers import PROTOCOLS, bound_handler
 from nri_pinner.nri.stub_handlers import (
     ADJUSTING_EVENTS,
     STATE_EVENT_BY_RPC,
@@ -25,9 +28,9 @@ from nri_pinner.nri.stub_handlers import (
     call_with_budget,
     event_names,
     handled_events,
-    implements,
     state_handler,
 )
+from nri_pinner.nri.stub_replies import WrongReplyType, response, synchronize_updates
 from nri_pinner.nri.stub_wire import INVALID_ARGUMENT, UNIMPLEMENTED, UNKNOWN, KvLogger, Reply
 
 PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
@@ -129,8 +132,8 @@ class Dispatcher:
                 return await self._state_event(change, deadline)
             if method in _ADJUSTING_BY_RPC:
                 return await self._adjusting(method, payload, deadline)
-            if method == "Shutdown" and implements(self.plugin, "shutdown"):
-                await self._invoke("shutdown", self.plugin.shutdown, (), deadline)  # type: ignore[attr-defined]
+            if method == "Shutdown" and (shutdown := bound_handler(self.plugin, "shutdown")) is not None:
+                await self._invoke("shutdown", shutdown, (), deadline)
                 return Reply()
         except DecodeError as exc:
             return Reply(code=INVALID_ARGUMENT, message=f"cannot decode {method} request: {exc}")
@@ -150,9 +153,10 @@ class Dispatcher:
         def on_late(outcome: Any) -> None:  # runs on the handler thread
             self.stats.bump("late_replies")
             self._log.warning("late handler result discarded", handler=label, outcome=type(outcome).__name__)
-            if implements(plugin, "discarded_reply"):
+            hook = bound_handler(plugin, "discarded_reply")
+            if hook is not None:
                 try:
-                    plugin.discarded_reply(label, args, outcome)  # type: ignore[attr-defined]
+                    hook(label, args, outcome)
                 except Exception as exc:
                     self._log.error("discarded_reply hook failed", error=repr(exc))
 
@@ -173,7 +177,9 @@ class Dispatcher:
             raise HandlerFailed(f"{label}: {exc}") from exc
 
     def _fallback(self, label: str, args: tuple[Any, ...]) -> Any:
-        fallback = getattr(self.plugin, "fallback_" + label, None)
+        name = "fallback_" + label
+        # Typed fallbacks through their Protocol; the others (configure, state events, ...) by name.
+        fallback = bound_handler(self.plugin, name) if name in PROTOCOLS else getattr(self.plugin, name, None)
         if fallback is None:
             return None
         try:
@@ -193,10 +199,8 @@ class Dispatcher:
         if req.registration_timeout > 0:
             self.registration_timeout = req.registration_timeout / 1000
         mask = self.handled_events
-        if implements(self.plugin, "configure"):
-            on_time, result = await self._invoke(
-                "configure", self.plugin.configure, (req,), deadline  # type: ignore[attr-defined]
-            )
+        if (configure := bound_handler(self.plugin, "configure")) is not None:
+            on_time, result = await self._invoke("configure", configure, (req,), deadline)
             result = result if on_time else self._fallback("configure", (req,))
             if isinstance(result, int) and result:
                 if result & ~self.handled_events:
@@ -228,16 +232,18 @@ class Dispatcher:
             return Reply(api.SynchronizeResponse(more=True).SerializeToString())
         pods, containers, deadline = self._sync_pods, self._sync_containers, self._sync_deadline
         self._sync_pods, self._sync_containers, self._sync_deadline = [], [], None
-        updates: Sequence[api.ContainerUpdate] | None = None
-        if implements(self.plugin, "synchronize"):
-            on_time, updates = await self._invoke(
-                "synchronize", self.plugin.synchronize, (pods, containers), deadline  # type: ignore[attr-defined]
-            )
+        result: object = None
+        if (synchronize := bound_handler(self.plugin, "synchronize")) is not None:
+            on_time, result = await self._invoke("synchronize", synchronize, (pods, containers), deadline)
             if not on_time:
-                updates = self._fallback("synchronize", (pods, containers))
+                result = self._fallback("synchronize", (pods, containers))
+        try:
+            updates = synchronize_updates(result)
+        except WrongReplyType:
+            return self._wrong_type("synchronize", result, "UpdatesReply or a ContainerUpdate list")
         self.synchronized = True
         self._log.info("synchronized", plugin=self.plugin_name, pods=len(pods), containers=len(containers))
-        return Reply(api.SynchronizeResponse(update=updates or (), more=False).SerializeToString())
+        return Reply(api.SynchronizeResponse(update=updates, more=False).SerializeToString())
 
     async def _state_event(self, event: api.StateChangeEvent, deadline: float) -> Reply:
         handler = state_handler(self.plugin, event.event)
@@ -252,16 +258,20 @@ class Dispatcher:
 
     async def _adjusting(self, method: str, payload: bytes, deadline: float) -> Reply:
         label, request_type, response_type = _ADJUSTING_BY_RPC[method]
-        if not implements(self.plugin, label):
+        handler = bound_handler(self.plugin, label)
+        if handler is None:
             return self._unimplemented(method)
         request = request_type.FromString(payload)
-        on_time, result = await self._invoke(label, getattr(self.plugin, label), (request,), deadline)
+        on_time, result = await self._invoke(label, handler, (request,), deadline)
         if not on_time:
             result = self._fallback(label, (request,))
-        if result is None:
-            result = response_type()
-        if not isinstance(result, response_type):
-            self._log.error("handler returned the wrong type", handler=label, got=type(result).__name__,
-                            expected=response_type.__name__)
-            return Reply(code=UNKNOWN, message=f"{label} returned {type(result).__name__}")
-        return Reply(result.SerializeToString())
+        try:
+            message = response(result, response_type)
+        except WrongReplyType:
+            return self._wrong_type(label, result, response_type.__name__)
+        return Reply(message.SerializeToString())
+
+    def _wrong_type(self, label: str, result: object, expected: str) -> Reply:
+        self._log.error("handler returned the wrong type", handler=label, got=type(result).__name__,
+                        expected=expected)
+        return Reply(code=UNKNOWN, message=f"{label} returned {type(result).__name__}")

@@ -1,11 +1,19 @@
 """Plugin handler discovery and budgeted execution for the NRI stub.
 
+Handlers are found through the Protocols of :mod:`nri_pinner.nri.handlers` (``isinstance``), one
+per event; the event mask follows from which ones the plugin implements (a generic ``state_change``
+covers every state event without its own handler).
+
 The runtime drops a plugin that misses its request timeout (the container then proceeds without the
 plugin's adjustment), so every handler call gets a budget shorter than that timeout. Plugin code runs
 on one dedicated *handler thread*, one call at a time; the wire loop only waits for the result.
 A handler that blocks (CPU-bound work, fsync, ``time.sleep``) therefore cannot stop the wire loop
 from answering in time with the plugin's declared fallback. The late result is discarded and
 reported to the plugin (``discarded_reply``) so it can undo what it decided.
+
+A handler may return a :class:`~nri_pinner.nri.handlers.Deferred` (a parked reply): the call ends
+when it resolves, within the same budget, and the handler thread meanwhile runs other submitted
+calls (the ones that will resolve it).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.nri.handlers import Deferred, bound_handler
 
 # Events delivered through StateChange (or, from NRI v0.12, through a dedicated RPC each):
 # event -> (plugin handler name, dedicated RPC name).
@@ -66,7 +75,8 @@ def event_bit(event: int) -> int:
 
 
 def implements(plugin: object, name: str) -> bool:
-    return callable(getattr(plugin, name, None))
+    """The plugin implements the Protocol of handler (or hook) ``name``."""
+    return bound_handler(plugin, name) is not None
 
 
 def handled_events(plugin: object) -> int:
@@ -85,11 +95,8 @@ def handled_events(plugin: object) -> int:
 def state_handler(plugin: object, event: int) -> Callable[..., Any] | None:
     """The plugin's handler for a state event: the specific one, else the generic ``state_change``."""
     names = STATE_EVENTS.get(event)
-    if names is not None and implements(plugin, names[0]):
-        return getattr(plugin, names[0])  # type: ignore[no-any-return]
-    if implements(plugin, GENERIC_STATE_HANDLER):
-        return getattr(plugin, GENERIC_STATE_HANDLER)  # type: ignore[no-any-return]
-    return None
+    handler = bound_handler(plugin, names[0]) if names is not None else None
+    return handler or bound_handler(plugin, GENERIC_STATE_HANDLER)
 
 
 def event_names(mask: int) -> list[str]:
@@ -103,7 +110,10 @@ class HandlerThread:
     event loop from another thread, on every event. An async handler runs to completion on the
     thread's own event loop (`complete`), so it may await (`Stub.update_containers`).
 
-    Daemon, so a handler stuck forever cannot keep the process alive.
+    Daemon, so a handler stuck forever cannot keep the process alive. A Stub creates and stops one
+    per run, unless it is given one (``Stub(handler_thread=...)``): then its owner starts and stops
+    it and may :meth:`submit` its own calls, which run between handler calls and while a reply is
+    parked (that is how a :class:`Deferred` gets resolved).
     """
 
     def __init__(self, name: str = "nri-plugin-handlers") -> None:
@@ -171,8 +181,10 @@ async def call_with_budget(
 ) -> Any:
     """Result of ``fn(*args)`` on the handler thread, or HandlerTimeout after ``budget`` seconds.
 
-    Exceptions of ``fn`` propagate. A result (or exception) arriving after the deadline is passed to
-    ``on_late`` on the handler thread and never reaches the wire.
+    Exceptions of ``fn`` propagate. When ``fn`` (or the coroutine it returned) gives a
+    :class:`Deferred`, the result is what it resolves to (``fail`` propagates as an exception);
+    the handler thread is free meanwhile. A result (or exception) arriving after the deadline is
+    passed to ``on_late`` on the handler thread and never reaches the wire.
     """
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[Any] = loop.create_future()
@@ -185,19 +197,25 @@ async def call_with_budget(
             else:
                 waiter.set_exception(outcome)
 
-    def guarded() -> None:  # on the handler thread
-        ok, outcome = True, None
-        try:
-            outcome = fn(*args)
-            if inspect.isawaitable(outcome):
-                outcome = thread.complete(outcome)
-        except BaseException as exc:  # delivered to the waiter: nothing may escape this thread
-            ok, outcome = False, exc
+    def deliver(ok: bool, outcome: Any) -> None:  # on the handler thread
         if not invocation.finish():
             on_late(outcome)
             return
         with contextlib.suppress(RuntimeError):  # the wire loop closed meanwhile (shutdown)
             loop.call_soon_threadsafe(settle, ok, outcome)
+
+    def guarded() -> None:  # on the handler thread
+        try:
+            outcome = fn(*args)
+            if inspect.isawaitable(outcome):
+                outcome = thread.complete(outcome)
+        except BaseException as exc:  # delivered to the waiter: nothing may escape this thread
+            deliver(False, exc)
+            return
+        if isinstance(outcome, Deferred):
+            outcome.add_done_callback(deliver)  # parked: the thread goes on with other calls
+        else:
+            deliver(True, outcome)
 
     def expire() -> None:  # on the wire loop
         if invocation.abandon():
