@@ -20,7 +20,7 @@ import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 
-from ..topologymanager.cpu_hints import CPUTopologyHints
+from ..topologymanager.cpu_hints import CPUTopologyHints, _subsets_ascending
 from ..topologymanager.hints import TopologyHint, nodes_of
 from ..topologymanager.implicit import UpForm
 
@@ -96,6 +96,40 @@ class MemoryHints(CPUTopologyHints):
             bits = nodes_of(m)
             return sum(distance[a][b] for a in bits for b in bits), m
         return min(self.masks_within(within, size), key=key, default=None)
+
+    def best_holding(self, within: int) -> TopologyHint | None:
+        """The kubelet's pick over this whole list (``getDefaultHint``, and the extended hint when
+        ``within`` is set): preferred first, then the narrowest (fewest nodes, lowest mask), among
+        hints holding every node of ``within``. The same answer as walking the list, found by
+        asking size by size for the lowest such mask (16 NUMA nodes: 65,535 hints otherwise)."""
+        if self.narrowest_count is None:
+            return None
+        preferred = self.min_affinity
+        for size in [preferred, *(s for s in range(1, len(self.nodes) + 1) if s != preferred)]:
+            mask = self._lowest_holding(within, size)
+            if mask is not None:
+                return TopologyHint(mask, size == preferred)
+        return None
+
+    def _lowest_holding(self, within: int, size: int) -> int | None:
+        best = min((e for e in self.extras if e.bit_count() == size and e & within == within), default=None)
+        if within & ~self.pool:
+            return best  # pool hints hold pool nodes only
+        rest = nodes_of(self.pool & ~within)
+        slots = size - within.bit_count()
+        if slots < 0 or slots > len(rest) or size == 0:
+            return best
+        # ascending masks whose first resource reaches its need; the others checked on each
+        first = min(self._need)
+        weights = [self._free[first].get(n, 0) for n in rest]
+        need = self._need[first] - sum(self._free[first].get(n, 0) for n in nodes_of(within))
+        for subset in _subsets_ascending(rest, weights, slots, need):
+            mask = subset | within  # within is disjoint from rest: the order is kept
+            if best is not None and mask > best:
+                break
+            if self._enough(mask):
+                return mask
+        return best
 
     def __iter__(self) -> Iterator[TopologyHint]:
         """The kubelet's list (by size, then node combination order), from the pool and the extras only."""

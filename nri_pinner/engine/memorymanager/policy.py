@@ -185,8 +185,11 @@ class StaticMemoryPolicy:
                        reuse: Mapping[tuple[tuple[int, ...], str], int]) -> TopologyHint | None:
         hints = self.calculate_hints(machine, requests, reuse)
         key = MEMORY if MEMORY in hints else sorted(hints)[0]
+        source = hints[key]
+        if isinstance(source, MemoryHints):  # always, from calculate_hints: no walk of 2^N masks
+            return source.best_holding(within or 0)
         best: TopologyHint | None = None
-        for h in hints[key]:
+        for h in source:
             assert h.affinity is not None
             if within is not None and h.affinity & within != within:
                 continue
