@@ -125,22 +125,23 @@ def test_five_nodes_best_effort_match_the_oracle() -> None:
 
 
 def test_closest_candidates_come_in_the_merges_order() -> None:
-    """The search lists a size's candidates by (mean distance, mask) from sums carried along;
-    that must be the merge's own ranking (``same_size_key``) on asymmetric distance tables too."""
+    """The search lists a size's candidates lazily by (summed distance, mask), best-first with
+    lower bounds; that must be the merge's own ranking (``same_size_key``), every mask once, on
+    asymmetric distance tables too."""
     from nri_pinner.engine.topologymanager.hints import masks_of_size
-    from nri_pinner.engine.topologymanager.implicit import _with_distances
+    from nri_pinner.engine.topologymanager.implicit import by_distance
     from nri_pinner.engine.topologymanager.merge import _Order
 
     rng = random.Random("closest-order")
-    for _ in range(30):
-        nodes = sorted(rng.sample(range(12), rng.randint(2, 9)))
-        dist = {a: {b: 10 if a == b else rng.choice([11, 12, 16, 20, 21, 30]) for b in nodes} for a in nodes}
+    for _ in range(200):
+        nodes = sorted(rng.sample(range(12), rng.randint(1, 9)))
+        dist = {a: {b: rng.choice([10, 11]) if a == b else rng.choice([11, 12, 16, 20, 21, 30]) for b in nodes}
+                for a in nodes}
 
         def distance(a: int, b: int, dist: dict[int, dict[int, int]] = dist) -> int:
             return dist[a][b]
 
         order = _Order(distance, nodes, closest=True)
         size = rng.randint(1, len(nodes))
-        keyed = sorted((total / (size * size), m) for m, total in _with_distances(nodes, size, order.table))
-        carried = [m for _, m in keyed]
-        assert carried == sorted(masks_of_size(nodes, size), key=order.same_size_key)
+        assert list(by_distance(nodes, size, order.table)) == sorted(masks_of_size(nodes, size),
+                                                                     key=order.same_size_key)

@@ -22,6 +22,7 @@ nodes those sets reach thousands of masks per provider.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -143,22 +144,40 @@ def reachable(mask: int, intervals: Sequence[Interval], choices: Sequence[_Choic
     return False
 
 
-def _with_distances(pool: list[int], size: int, table: dict[int, dict[int, int]]) -> Iterator[tuple[int, int]]:
-    """Every ``size``-subset of ``pool`` as (mask, summed distance over all ordered node pairs),
-    the sum carried along as nodes are added instead of recomputed per mask."""
-    def pick(start: int, slots: int, mask: int, chosen: list[int], total: int) -> Iterator[tuple[int, int]]:
+def by_distance(pool: list[int], size: int, table: dict[int, dict[int, int]]) -> Iterator[int]:
+    """``size``-subsets of ``pool`` in (summed distance, mask) order, lazily (the merge usually wants
+    the first few of C(16, 8)). Best-first over partial choices, highest node first: a partial one is
+    keyed by a lower bound of its completions' sums (the cheapest remaining nodes' exact cost against
+    what is chosen, plus the least possible pairs among them) and by its lowest completion mask, so a
+    complete mask leaves the heap only when nothing left in it can come before it."""
+    n = len(pool)
+    if not 1 <= size <= n:
+        return
+    pair = [[table[a][b] + table[b][a] for b in pool] for a in pool]
+    min_pair = min((table[a][b] for a in pool for b in pool if a != b), default=0)
+    lowest = [0] * (n + 1)  # lowest[r]: the mask of pool[:r]
+    for i, x in enumerate(pool):
+        lowest[i + 1] = lowest[i] | 1 << x
+    # cost[j]: what pool[j] adds to the sum if taken next (itself, and its pairs with the chosen)
+    cost = [table[x][x] for x in pool]
+    heap: list[tuple[int, int, int, int, int, int, list[int]]] = [
+        (sum(sorted(cost)[:size]) + size * (size - 1) * min_pair, lowest[size], 0, n, size, 0, cost)]
+    count = 1
+    while heap:
+        _bound, low, _, limit, slots, total, cost = heapq.heappop(heap)
         if slots == 0:
-            yield mask, total
-            return
-        for i in range(start, len(pool) - slots + 1):
-            x = pool[i]
-            row = table[x]
-            added = row[x] + sum(row[c] + table[c][x] for c in chosen)
-            chosen.append(x)
-            yield from pick(i + 1, slots - 1, mask | (1 << x), chosen, total + added)
-            chosen.pop()
-
-    yield from pick(0, size, 0, [], 0)
+            yield low
+            continue
+        rest = slots - 1
+        mask = low & ~lowest[slots]  # the chosen nodes
+        extra = rest * (rest - 1) * min_pair
+        for i in range(rest, limit):
+            row = pair[i]
+            below = [cost[j] + row[j] for j in range(i)]
+            sub = total + cost[i]
+            floor = sum(sorted(below)[:rest]) if rest else 0
+            heapq.heappush(heap, (sub + floor + extra, mask | 1 << pool[i] | lowest[rest], count, i, rest, sub, below))
+            count += 1
 
 
 def best_non_preferred_implicit(intervals: set[Interval], forms: Sequence[UpForm], order: Any,
@@ -176,9 +195,7 @@ def best_non_preferred_implicit(intervals: set[Interval], forms: Sequence[UpForm
     for size in order.non_preferred_sizes(best_count, min(largest, len(pool))):
         candidates: Iterator[int] | list[int] = masks_of_size(pool, size)  # size >= 1 (non_preferred_sizes)
         if order.closest:  # (mean distance, mask): the same floats as order.same_size_key
-            square = size * size
-            keyed = sorted((total / square, m) for m, total in _with_distances(pool, size, order.table))
-            candidates = [m for _, m in keyed]
+            candidates = by_distance(pool, size, order.table)
         for mask in candidates:
             if reachable(mask, spans, choices):
                 return mask

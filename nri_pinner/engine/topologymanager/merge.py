@@ -77,6 +77,8 @@ class TopologyManager:
     prefer_closest_numa_nodes: bool = False
     distance: Distance = field(default=_default_distance, compare=False)
     default_mask: int = field(init=False, repr=False, compare=False)  # all NUMA nodes
+    # request-independent work kept across merges (the distance table: N² calls per merge otherwise)
+    memo: dict[object, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         try:
@@ -146,7 +148,7 @@ def merge(manager: TopologyManager, providers_hints: Sequence[ResourceHints | No
     if single:
         sources = [_single_numa_hints(s) for s in sources]
     order = _Order(manager.distance, manager.numa_nodes,
-                   closest=manager.prefer_closest_numa_nodes and not single)
+                   closest=manager.prefer_closest_numa_nodes and not single, memo=manager.memo)
     hint = _best_hint(sources, default, order)
     if single and hint.affinity == default:
         hint = TopologyHint(None, hint.preferred)
@@ -213,11 +215,15 @@ def best_non_preferred_count(sources: Iterable[Source]) -> int:
 class _Order:
     """The kubelet's hint comparison as sort keys (smaller key = better hint)."""
 
-    def __init__(self, distance: Distance, nodes: Sequence[int], *, closest: bool) -> None:
+    def __init__(self, distance: Distance, nodes: Sequence[int], *, closest: bool,
+                 memo: dict[object, object] | None = None) -> None:
         self.closest = closest
         self._distance = distance
-        self.table: dict[int, dict[int, int]] = (
-            {a: {b: distance(a, b) for b in nodes} for a in nodes} if closest else {})
+        memo = {} if memo is None else memo
+        table = memo.get("table") if closest else {}
+        if table is None:
+            table = memo["table"] = {a: {b: distance(a, b) for b in nodes} for a in nodes}
+        self.table: dict[int, dict[int, int]] = table  # type: ignore[assignment]
 
     def mean_distance(self, mask: int) -> float:
         nodes = nodes_of(mask)
