@@ -9,6 +9,7 @@ evenly, and random partial fills.
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -65,3 +66,20 @@ def test_pruned_search_matches_the_kubelet_port(seed: int) -> None:
             continue
         got = take_by_topology_numa_distributed(topo, avail, n, cpu_group_size=group)
         assert got == CPUSet(want), (topo.numa_nodes, str(avail), n, group)
+
+
+def test_aliased_combination_without_the_replay() -> None:
+    """The Go-aliased winner computed from combination ranks equals replaying the kubelet's loop:
+    every (position, seen) for up to 8 items, random ones up to 16."""
+    from nri_pinner.engine.cpumanager.distributed import _aliased_combination, _replayed_combination
+
+    rng = random.Random("aliasing")
+    for m in range(1, 17):
+        items = sorted(rng.sample(range(40), m))
+        for k in range(1, m + 1):
+            total = math.comb(m, k)
+            pairs = ([(p, s) for p in range(total) for s in range(p + 1, total + 1)] if m <= 8 else
+                     [(p, rng.randint(p + 1, total)) for p in (rng.randrange(total) for _ in range(8))])
+            for position, seen in pairs:
+                assert (_aliased_combination(items, k, position, seen)
+                        == _replayed_combination(items, k, position, seen)), (items, k, position, seen)

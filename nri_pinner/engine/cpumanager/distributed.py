@@ -23,11 +23,11 @@ it; the search walks plain tuples and the Go aliasing is replayed once, for the 
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 from collections.abc import Iterator
 
 from ..errors import InsufficientCPUs
+from .distributed_classes import active_combinations, class_floors
 from .index import TopologyIndex
 from .packed import Accumulator, packed_mask
 
@@ -78,10 +78,10 @@ def _go_combinations(items: list[int], k: int) -> Iterator[_GoSlice]:
     yield from helper(k, 0, _GoSlice([], 0))
 
 
-def _aliased_combination(items: list[int], k: int, position: int, seen: int) -> tuple[int, ...]:
+def _replayed_combination(items: list[int], k: int, position: int, seen: int) -> tuple[int, ...]:
     """What the kubelet's remembered combination number ``position`` holds once its loop has
-    generated ``seen`` combinations (later ones overwrite the shared array): replayed only for
-    the winner, so the search itself can walk plain tuples."""
+    generated ``seen`` combinations (later ones overwrite the shared array), by replaying the
+    loop (the reference ``_aliased_combination`` is checked against)."""
     chosen: _GoSlice | None = None
     for i, view in enumerate(_go_combinations(items, k)):
         if i == position:
@@ -90,6 +90,45 @@ def _aliased_combination(items: list[int], k: int, position: int, seen: int) -> 
             break
     assert chosen is not None
     return chosen.values()
+
+
+def _aliased_combination(items: list[int], k: int, position: int, seen: int) -> tuple[int, ...]:
+    """``_replayed_combination`` without the replay (C(16, 7) slices otherwise). The view's backing
+    array was allocated by the append at index a, the last length below k where Go's capacity
+    (0, 1, 2, 4, 8, ...) ran out; indexes above a are written in place by every later combination
+    sharing its first a + 1 items. So it holds the last of those generated: the block's last one,
+    or combination ``seen - 1`` when the loop stopped inside the block."""
+    m = len(items)
+    a = 0 if k == 1 else 1 << ((k - 1).bit_length() - 1)
+    combo = _unrank(m, k, position)
+    block_last = combo[: a + 1] + list(range(m - (k - a - 1), m))
+    last = block_last if _rank(m, block_last) <= seen - 1 else _unrank(m, k, seen - 1)
+    return tuple(items[i] for i in last)
+
+
+def _rank(m: int, combo: list[int]) -> int:
+    """Position of ``combo`` (ascending indexes into m items) in itertools.combinations order."""
+    k, rank, prev = len(combo), 0, -1
+    for j, c in enumerate(combo):
+        for skipped in range(prev + 1, c):  # combinations with a smaller item at place j
+            rank += math.comb(m - skipped - 1, k - j - 1)
+        prev = c
+    return rank
+
+
+def _unrank(m: int, k: int, rank: int) -> list[int]:
+    combo: list[int] = []
+    c = 0
+    for j in range(k):
+        while True:
+            block = math.comb(m - c - 1, k - j - 1)
+            if rank < block:
+                break
+            rank -= block
+            c += 1
+        combo.append(c)
+        c += 1
+    return combo
 
 
 def _spread_remainder(after: dict[int, int], subset: tuple[int, ...], remainder: int, group: int) -> bool:
@@ -178,6 +217,7 @@ def _best_for_combo(
     best = math.inf
     best_view: _GoSlice | None = None
     best_subset: tuple[int, ...] = ()
+    scores: dict[tuple[int, ...], float] = {}  # many subsets end in the same counts (the first few get groups)
     for k in range(len(candidates), 0, -1):
         for view in _go_combinations(candidates, k):
             subset = view.values()
@@ -186,7 +226,10 @@ def _best_for_combo(
             trial = dict(after)
             if not _spread_remainder(trial, subset, remainder, group):
                 continue
-            balance = _stddev([trial[x] for x in numas])
+            ends = tuple(trial[x] for x in combo)
+            balance = scores.get(ends, -1.0)
+            if balance < 0:
+                balance = scores[ends] = _stddev([trial[x] for x in numas])
             if balance < best:
                 best, best_view, best_subset = balance, view, subset
     return best, best_view, best_subset
@@ -238,18 +281,38 @@ def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: 
     max_numas = min(groups_needed, len(numas))
 
     floors: dict[tuple[int, ...], float | None] = {}
+    by_size = sorted(free_per_numa.values(), reverse=True)
+    by_groups = sorted((v // group for v in free_per_numa.values()), reverse=True)
     for k in range(min_numas, max_numas + 1):
+        distribution = (n // k // group) * group
+        if sum(by_size[:k]) < n or sum(by_groups[:k]) * group < n or by_size[k - 1] < distribution:
+            continue  # no k nodes pass the kubelet's checks (_combo_floor's): every combination fails
+        def floor_of(combo: tuple[int, ...]) -> float | None:
+            key = tuple(sorted([free_per_numa[x] for x in combo]))
+            found = floors.get(key, _UNSET)
+            if found == _UNSET:
+                found = floors[key] = _combo_floor(combo, free_per_numa, numas, n, group)
+            return found
+
+        classes = class_floors(numas, free_per_numa, k, floor_of)
+        least = None if classes is None else min((f for _, f in classes), default=math.inf)
         best_balance = math.inf
         best: tuple[int, _GoSlice | None, Plan] | None = None
-        seen = 0  # combinations the kubelet's loop generates (it checks for a perfect score after each)
-        for position, combo in enumerate(itertools.combinations(numas, k)):  # iterateCombinations order
-            seen = position + 1
-            if best_balance == 0:
+        total = math.comb(len(numas), k)
+        seen = total  # combinations the kubelet's loop generates (it checks for a perfect score after each)
+        # iterateCombinations order, less the combinations whose floor cannot beat the best so far
+        # the lambda reads best_balance late on purpose: the walk prunes by the best so far
+        for position, combo in active_combinations(numas, k, free_per_numa, classes,
+                                                   lambda: best_balance):  # noqa: B023
+            if least is not None and least >= best_balance:  # nothing left can score strictly better
                 break
             scored = _best_for_combo(combo, free_per_numa, numas, n, group, best_balance, floors)
             if scored is not None and scored[0] < best_balance:
                 best_balance = scored[0]
                 best = (position, scored[1], (combo, scored[2]))
+            if best_balance == 0:  # the kubelet stops at the next combination
+                seen = min(position + 2, total)
+                break
         if best is None:
             continue
         position, rest_view, scored_plan = best
