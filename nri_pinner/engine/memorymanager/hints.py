@@ -35,7 +35,8 @@ class MemoryHints(CPUTopologyHints):
         self._free = {r: dict(w) for r, w in pool_free.items()}
         self._need = dict(requests)
 
-    def up_form(self) -> UpForm:
+    @cached_property
+    def up_form(self) -> UpForm:  # kept: a rejection's explanation merges again per provider
         """Pool masks with enough free memory (an up-set inside the pool) plus the used-node masks."""
         kinds = sorted(self._need)
         weights = {n: tuple(self._free[r].get(n, 0) for r in kinds) for n in nodes_of(self.pool)}

@@ -65,6 +65,13 @@ class CPUTopologyHints(Sequence[TopologyHint]):
         return sockets.bit_count() == self.min_sockets
 
     @cached_property
+    def single_node_hints(self) -> tuple[TopologyHint, ...]:
+        """The preferred one-node hints (single-numa-node keeps only those), kept: a rejection's
+        explanation merges the same answers again once per provider."""
+        return tuple(TopologyHint(1 << n, True) for n in self.nodes
+                     if self.is_hint(1 << n) and self.is_preferred(1 << n))
+
+    @cached_property
     def narrowest_count(self) -> int | None:
         """Fewest NUMA nodes of any hint (``None``: no hint at all).
 
@@ -84,7 +91,8 @@ class CPUTopologyHints(Sequence[TopologyHint]):
             return None
         return size
 
-    def up_form(self) -> UpForm:
+    @cached_property
+    def up_form(self) -> UpForm:  # kept: a rejection's explanation merges again per provider
         """This list as an up-set form (the merge's search over several implicit sources)."""
         return UpForm(self.universe, self.required, {n: (w,) for n, w in self._w.items()}, (self.threshold,))
 

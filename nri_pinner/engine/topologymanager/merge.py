@@ -186,8 +186,7 @@ def _filter_providers_hints(providers_hints: Iterable[ResourceHints | None]) -> 
 
 def _single_numa_hints(source: Source) -> Source:
     if isinstance(source, CPUTopologyHints):
-        return tuple(TopologyHint(1 << n, True) for n in source.nodes
-                     if source.is_hint(1 << n) and source.is_preferred(1 << n))
+        return source.single_node_hints
     if isinstance(source, UpSetHints):
         return (TopologyHint(source.required, True),) if source.required.bit_count() == 1 else ()
     return tuple(h for h in source
@@ -324,7 +323,7 @@ def _best_non_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], f
         intervals = {(default, default)}
         for source in explicit:
             intervals = fold(intervals, source, default)
-        forms = [s.up_form() for s in ([family] if family is not None else []) + list(others)]
+        forms = [s.up_form for s in ([family] if family is not None else []) + list(others)]
         return best_non_preferred_implicit(intervals, forms, order, best_count, default.bit_count())
     if has_upset:
         # interval fold (upset.py); with further implicit sources the general path below lists them
