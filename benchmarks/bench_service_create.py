@@ -5,8 +5,8 @@ Node: a 256-CPU, 8-NUMA-node sysfs tree written by scripts/gen_sysfs.py into a t
 CreateContainer (`--shared N`, repeatable): N Burstable containers run, each with a cgroup-v1
 cpuset directory in a tree built in tmpfs (plain files: this measures our side of a direct write,
 not the kernel's — benchmarks/bench_cgroup_write.py measures that). Then Guaranteed containers
-(2 CPUs each) are created, started (StartContainer waits until every shared container's cgroup has
-been rewritten by the syncer thread) and released with StopContainer + RemoveContainer,
+(2 CPUs each) are created, started (StartContainer's reply waits until every shared container's cgroup
+has been rewritten by a pass) and released with StopContainer + RemoveContainer,
 alternating with Burstable creates. The checkpoint is written
 behind the replies (fsync), as in production. Prints median / p99 / max per kind.
 
@@ -147,7 +147,7 @@ async def bench_sync(workdir: Path, sysfs: Path, total: int, profile_label: str,
     pinned = [f"{i + 1},{i + 129}" for i in range(guaranteed)]
     pool = str(CPUSet.parse("0-255") - CPUSet.parse(",".join(pinned))) if pinned else "0-255"
     svc = new_service(settings)
-    topology = svc.tracker.engine.topology
+    topology = svc.plugin.node.engine.topology
     ctrs = []
     for i in range(total):
         c = (container(gpod, f"g{i}", 2000, 2000, cpus=pinned[i]) if i < guaranteed
@@ -159,11 +159,10 @@ async def bench_sync(workdir: Path, sysfs: Path, total: int, profile_label: str,
     handler = svc.plugin.synchronize
     took: dict[str, float] = {}
 
-    def timed(*args: Any) -> list[api.ContainerUpdate]:  # the handler's own wall and thread CPU time
+    def timed(*args: Any) -> Any:  # the handler's own wall and thread CPU time (to its reply, or its parking)
         wall, cpu = time.perf_counter(), time.thread_time()
         try:
-            updates: list[api.ContainerUpdate] = handler(*args)
-            return updates
+            return handler(*args)
         finally:
             took["handler"], took["cpu"] = time.perf_counter() - wall, time.thread_time() - cpu
 
@@ -183,7 +182,7 @@ async def bench_sync(workdir: Path, sysfs: Path, total: int, profile_label: str,
         started = time.perf_counter()
         async with running(settings, PROFILES[profile_label], svc=svc, pods=pods, containers=ctrs) as r:
             elapsed = time.perf_counter() - started
-            assert len(r.svc.tracker.containers) == total
+            assert len(r.svc.plugin.node.containers) == total
             updates = len(r.conn.sync_updates)
             rss = rss_mib()
     finally:

@@ -129,6 +129,11 @@ class HandlerThread:
             call()
         self._loop.close()
 
+    @property
+    def ident(self) -> int | None:
+        """The thread's identifier (``threading.get_ident()`` inside it)."""
+        return self._thread.ident
+
     def submit(self, call: Callable[[], None]) -> None:
         """Run ``call()`` on the handler thread; it must deliver its own outcome and not raise."""
         self._calls.put(call)

@@ -22,7 +22,9 @@ from ..engine.topology.model import Topology
 from ..engine.topology.sysfs import SysfsError, discover
 from ..engine.topologymanager.hints import HintProvider
 from ..nri.stub import Stub, serve
-from . import checkpoint, logs
+from ..nri.stub_handlers import HandlerThread
+from . import logs
+from .checkpoint_file import read as read_checkpoint
 from .cri_client import CRIClient
 from .metrics import Metrics
 from .metrics_http import Listener
@@ -32,7 +34,6 @@ from .podresources_client import PodResources, PodResourcesMetrics, podresources
 from .reconcile import Reconciler, stop_task
 from .request_intake import memory_policy
 from .status_server import start_server, status_document
-from .tracker import Tracker
 
 log = structlog.get_logger("nri_pinner")
 
@@ -62,38 +63,38 @@ class Service:
                  nics: NicLookup | None = None) -> None:
         self.settings, self.nics = settings, nics
         env = dict(os.environ) if env is None else env
-        loaded = checkpoint.read(settings.state.checkpoint)
+        loaded = read_checkpoint(settings.state.checkpoint)
         if loaded.problem:
             log.warning("checkpoint not used; state is rebuilt from the runtime", path=settings.state.checkpoint,
                         problem=loaded.problem)
         self.metrics = Metrics()
         if nics is not None:
             nics.on_late = self.metrics.nic_lookups_late.inc
-        self.tracker = Tracker(engine, engine.initial_state())
-        self.plugin = PinnerPlugin(settings, self.tracker, self.metrics, loaded.body, nics)
+        # the node thread: the core's one caller (NRI handlers, and every other thread's work queued to it)
+        self.node_thread = HandlerThread("nri-pinner-node")
         self.podresources = podresources_of(engine)
+        self.plugin = PinnerPlugin(settings, engine, self.metrics, loaded.body, nics, self.node_thread,
+                                   self.podresources)
         if self.podresources is not None:
             self.podresources.metrics = PodResourcesMetrics(
                 self.metrics.registry, (self.metrics.provider_admissions, self.metrics.provider_rejections))
-            self.plugin.intake.podresources = self.podresources
         preinstalled = bool(env.get("NRI_PLUGIN_SOCKET"))
         self.stub = Stub(
             self.plugin, name=None if preinstalled else settings.nri.plugin_name,
             idx=None if preinstalled else settings.nri.plugin_index,
             socket_path=None if preinstalled else settings.nri.socket, env=env,
             logger=structlog.get_logger("nri_pinner.nri"), budget_margin=settings.nri.budget_margin_ms / 1000,
-            backoff_max=settings.nri.reconnect_max_seconds,
+            backoff_max=settings.nri.reconnect_max_seconds, handler_thread=self.node_thread,
         )
         cri = CRIClient(settings.reconcile.cri_socket) if settings.reconcile.cri_socket else None
-        self.reconciler = Reconciler(settings, self.tracker, self.stub, self.metrics, cri, self.plugin.writer,
-                                     self.plugin.syncer)
+        self.reconciler = Reconciler(settings, self.plugin, self.stub, self.metrics, cri)
         writer = self.plugin.writer
-        self.metrics.watch(self.stub, self.tracker, writer.counts if writer is not None else None)
+        self.metrics.watch(self.stub, self.plugin.view, writer.counts if writer is not None else None)
         self.listener: Listener | None = None
 
     def document(self) -> dict[str, Any]:
         writer = self.plugin.writer
-        return status_document(self.tracker, self.stub, self.reconciler.repairs,
+        return status_document(self.plugin.view(), self.stub, self.reconciler.repairs,
                                self.nics.snapshot() if self.nics is not None else None,
                                self.podresources.summary() if self.podresources is not None else None,
                                writer.stats() if writer is not None else None)
@@ -113,6 +114,7 @@ class Service:
             if self.listener is not None:
                 self.listener.stop()
             await asyncio.to_thread(self.plugin.close)  # the last state reaches the disk
+            self.node_thread.stop()
             if self.podresources is not None:
                 await asyncio.to_thread(self.podresources.close)
             await server.stop(0.5)

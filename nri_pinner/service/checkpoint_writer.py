@@ -1,7 +1,7 @@
 """Checkpoint write-behind: replies never wait for the disk.
 
 Handlers hand over an immutable snapshot (`submit`, microseconds); one writer thread turns the
-newest snapshot into the checkpoint body and writes it with `checkpoint.write` (temp file, fsync,
+newest snapshot into the checkpoint body and writes it with `checkpoint_file.write` (temp file, fsync,
 rename, directory fsync). The thread lingers `LINGER_SECONDS` after the first change before it
 writes, so an event's burst (create, start, stop of one pod) is one write, and the encoding and
 fsync fall after the runtime's own work for the event rather than into it; snapshots that arrive
@@ -17,15 +17,17 @@ the cgroups, and a container admitted after the last write is adopted from its c
 
 from __future__ import annotations
 
+import queue
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from . import checkpoint
+from . import checkpoint_file
 from .cgroup_passes import background_priority
-from .checkpoint import Snapshot
+from .core.checkpoint import Snapshot
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -38,56 +40,59 @@ class CheckpointWriter:
         self.written = 0  # files written
         self.skipped = 0  # snapshots whose body equalled the last one written
         self.failed = 0
-        self._cond = threading.Condition()
-        self._pending: Snapshot | None = None
-        self._submitted = self._done = 0  # sequence numbers: flush() waits for done >= submitted
         self._last: dict[str, Any] | None = None
-        self._closed = True
-        self._hurry = 0  # flush() callers waiting: no linger
-        self._thread = threading.Thread()
+        # snapshots, flush requests (an Event set once everything before it is on disk) and None (stop),
+        # in order: the thread alone keeps what is pending
+        self._queue: queue.SimpleQueue[Snapshot | threading.Event | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
 
     def submit(self, snapshot: Snapshot) -> None:
-        with self._cond:
-            self._pending = snapshot
-            self._submitted += 1
-            if self._closed:  # first use, or used again after close(): (re)start the thread
-                self._closed = False
-                self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
+        """Hand over a snapshot (microseconds; the node thread's only call)."""
+        if self._thread is None or not self._thread.is_alive():  # first use, or used again after close()
+            self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
+            self._thread.start()
+        self._queue.put(snapshot)
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until everything submitted so far is on disk (or skipped); False on timeout."""
-        with self._cond:
-            target = self._submitted
-            self._hurry += 1
-            self._cond.notify_all()
-            try:
-                return self._cond.wait_for(lambda: self._done >= target, timeout)
-            finally:
-                self._hurry -= 1
+        if self._thread is None or not self._thread.is_alive():
+            return True
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         self.flush(timeout)
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._queue.put(None)
+            thread.join(timeout)
 
     def _run(self) -> None:
         background_priority()
+        pending: Snapshot | None = None
+        deadline = 0.0
         while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._pending is not None or self._closed)
-                if self._pending is None:
-                    return
-                self._cond.wait_for(lambda: self._hurry > 0 or self._closed, LINGER_SECONDS)
-                snapshot, seq, self._pending = self._pending, self._submitted, None
-            self._write(snapshot)
-            with self._cond:
-                self._done = seq
-                self._cond.notify_all()
+            try:
+                left = deadline - time.monotonic()
+                if pending is not None and left <= 0:
+                    raise queue.Empty
+                item = self._queue.get(timeout=left if pending is not None else None)
+            except queue.Empty:  # lingered long enough: write the newest
+                self._write(pending)  # type: ignore[arg-type]
+                pending = None
+                continue
+            if isinstance(item, Snapshot):
+                if pending is None:
+                    deadline = time.monotonic() + LINGER_SECONDS
+                pending = item  # coalesced: only the newest is written
+                continue
+            if pending is not None:  # a flush or the stop cuts the linger short
+                self._write(pending)
+                pending = None
+            if item is None:
+                return
+            item.set()
 
     def _write(self, snapshot: Snapshot) -> None:
         try:
@@ -95,7 +100,7 @@ class CheckpointWriter:
             if body == self._last:
                 self.skipped += 1
                 return
-            checkpoint.write(self.path, body)
+            checkpoint_file.write(self.path, body)
             self._last = body
             self.written += 1
         except Exception as exc:  # the writer thread must survive any one write

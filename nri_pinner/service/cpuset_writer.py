@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import resource
-import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -76,13 +75,12 @@ class OpenFiles:
     A write through an open descriptor skips the path walk, the open and the close: a third of what
     a cgroupfs write costs (`benchmarks/bench_cgroup_write.py`). The oldest descriptor is closed
     past `limit`, and `retain` closes those of containers that are gone (a removed cgroup's file
-    answers ENODEV). One lock covers lookup, write and close: a descriptor closed while another
-    thread wrote through it could meanwhile name an unrelated file."""
+    answers ENODEV). Used by one pass at a time (the core keeps one in flight), so no descriptor is
+    closed while another thread writes through it."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._fds: dict[str, int] = {}  # file path -> descriptor, oldest first
-        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._fds)
@@ -91,33 +89,31 @@ class OpenFiles:
         """Write `text` as the file's whole content (cgroupfs ignores the truncate, plain test files
         need it); `keep=False` opens and closes (nested cgroups: rare)."""
         data = (text or "\n").encode()  # an empty set is written as a newline
-        with self._lock:
-            fd = self._fds.get(path, -1)
-            if fd < 0:
-                try:
-                    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-                except OSError as exc:
-                    raise CgroupError(f"cannot open {path}: {exc.strerror or exc}") from exc
-                if keep:
-                    self._fds[path] = fd
-                    if len(self._fds) > self.limit:
-                        os.close(self._fds.pop(next(iter(self._fds))))
+        fd = self._fds.get(path, -1)
+        if fd < 0:
             try:
-                os.pwrite(fd, data, 0)
-                os.ftruncate(fd, len(data))
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
             except OSError as exc:
-                keep = False  # closed below: the next write opens afresh (a recreated or refusing cgroup)
-                self._fds.pop(path, None)
-                raise CgroupError(f"cannot write {text} to {path}: {exc.strerror or exc}") from exc
-            finally:
-                if not keep:
-                    os.close(fd)
+                raise CgroupError(f"cannot open {path}: {exc.strerror or exc}") from exc
+            if keep:
+                self._fds[path] = fd
+                if len(self._fds) > self.limit:
+                    os.close(self._fds.pop(next(iter(self._fds))))
+        try:
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+        except OSError as exc:
+            keep = False  # closed below: the next write opens afresh (a recreated or refusing cgroup)
+            self._fds.pop(path, None)
+            raise CgroupError(f"cannot write {text} to {path}: {exc.strerror or exc}") from exc
+        finally:
+            if not keep:
+                os.close(fd)
 
     def retain(self, tops: set[str]) -> None:
         """Close the descriptors of files outside the directories `tops`."""
-        with self._lock:
-            for path in [p for p in self._fds if p.rpartition("/")[0] not in tops]:
-                os.close(self._fds.pop(path))
+        for path in [p for p in self._fds if p.rpartition("/")[0] not in tops]:
+            os.close(self._fds.pop(path))
 
     def close(self) -> None:
         self.retain(set())

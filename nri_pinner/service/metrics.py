@@ -2,7 +2,7 @@
 
 Every labelled counter has its known series created at zero, so a rate() or an alert on a reason
 that has not happened yet still has a series to work on. Connection state, the runtime's identity
-and the per-NUMA pools are read at scrape time from the stub and the tracker (immutable snapshots,
+and the per-NUMA pools are read at scrape time from the stub and the core's published view (immutable snapshots,
 no lock taken: a scrape never delays an NRI reply).
 """
 
@@ -17,8 +17,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .core.records import View
     from .cpuset_writer import WriteCounts
-    from .tracker import Tracker
 
 # Rejection reasons and the part of the engine (the "provider") that raises each: the CPU manager's
 # static policy, the topology manager's merge of every hint provider, or the pod's own annotations.
@@ -115,7 +117,7 @@ class Metrics:
             self.resizes.labels("refused", reason)
         self.runtime = RuntimeInfo()
         self.stub: ConnectionView | None = None
-        self.tracker: Tracker | None = None
+        self.view: Callable[[], View] | None = None
         self.cgroup_writes: WriteCounts | None = None  # the writer's counters (updated in place), read at scrape
         r.register(_LiveCollector(self))
 
@@ -128,9 +130,9 @@ class Metrics:
             for name in {b.split("[")[0] for b in decision.blamed}:
                 self.provider_rejections.labels(name).inc()
 
-    def watch(self, stub: ConnectionView, tracker: Tracker, cgroup_writes: WriteCounts | None = None) -> None:
+    def watch(self, stub: ConnectionView, view: Callable[[], View], cgroup_writes: WriteCounts | None = None) -> None:
         """Where connection state, pools and the cgroup writer's counters are read from at scrape time."""
-        self.stub, self.tracker, self.cgroup_writes = stub, tracker, cgroup_writes
+        self.stub, self.view, self.cgroup_writes = stub, view, cgroup_writes
 
     def rejected(self, reason: str) -> None:
         """One admission refused (whatever on_reject then does with it)."""
@@ -168,9 +170,9 @@ class _LiveCollector(Collector):
         shared = GaugeMetricFamily("nri_pinner_numa_shared_cpus", "CPUs of the shared pool, per NUMA node",
                                    labels=["numa_node"])
         total = GaugeMetricFamily("nri_pinner_numa_online_cpus", "Online CPUs, per NUMA node", labels=["numa_node"])
-        tr = m.tracker
-        if tr is not None:
-            engine, state = tr.engine, tr.state  # snapshots, read without the lock (replaced, never mutated)
+        if m.view is not None:
+            view = m.view()  # the newest published view: immutable, read without any lock
+            engine, state = view.engine, view.state
             held, pool = state.exclusive_cpus(), engine.policy.shared_pool(state) or engine.policy.reserved
             topo = engine.topology
             for node in topo.numa_nodes:

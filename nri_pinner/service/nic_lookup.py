@@ -233,14 +233,14 @@ Reader = Callable[[str, str, Sequence[str] | None], tuple[NicLink, ...]]
 class NicLookup:
     """Sandbox NICs, looked up once per sandbox in the background and cached until RemovePodSandbox.
 
-    Its lock guards only the dictionaries (never held across netlink), so the NIC provider's read in
-    the middle of an admission never waits.
+    Its dictionaries change only on the node thread (the NRI handlers and the NIC provider run there);
+    the lookups themselves run on threads of their own and only complete a future; `snapshot` (status,
+    another thread) reads a copy. No lock: the provider's read in the middle of an admission never waits.
     """
 
     def __init__(self, sysfs_root: str = "/", wait_seconds: float = LOOKUP_WAIT_SECONDS,
                  reader: Reader = read_links, on_late: Callable[[], None] | None = None) -> None:
         self.sysfs_root, self.wait_seconds, self._reader, self.on_late = sysfs_root, wait_seconds, reader, on_late
-        self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(CONCURRENT_LOOKUPS)
         self._pending: dict[str, Future[SandboxNics]] = {}  # by sandbox id
         self._by_pod: dict[str, str] = {}  # pod key -> sandbox id
@@ -248,12 +248,11 @@ class NicLookup:
 
     def start(self, pod: api.PodSandbox) -> Future[SandboxNics]:
         """Begin the sandbox's lookup unless it is known (idempotent; never blocks)."""
-        with self._lock:
-            future = self._pending.get(pod.id)
-            if future is not None:
-                return future
-            future = self._pending[pod.id] = Future()
-            self._by_pod[pod_key(pod)] = pod.id
+        future = self._pending.get(pod.id)
+        if future is not None:
+            return future
+        future = self._pending[pod.id] = Future()
+        self._by_pod[pod_key(pod)] = pod.id
         path, key = pod_netns_path(pod), pod_key(pod)
         try:
             names = annotated_names(pod)
@@ -290,31 +289,32 @@ class NicLookup:
         try:
             return future.result(timeout=self.wait_seconds)
         except TimeoutError:
-            self.late += 1
-            if self.on_late is not None:
-                self.on_late()
-            log.warning("NIC lookup not finished in time; container admitted without NIC hints",
-                        pod=pod_key(pod), wait_seconds=self.wait_seconds)
+            self.note_late(pod)
             return None
+
+    def note_late(self, pod: api.PodSandbox) -> None:
+        """A create waited ``wait_seconds`` for this pod's lookup: it goes on without NIC hints."""
+        self.late += 1
+        if self.on_late is not None:
+            self.on_late()
+        log.warning("NIC lookup not finished in time; container admitted without NIC hints",
+                    pod=pod_key(pod), wait_seconds=self.wait_seconds)
 
     def numa_nodes(self, key: str) -> tuple[int, ...] | None:
         """The pod's NIC NUMA nodes if its lookup is done (the provider's source; never blocks)."""
-        with self._lock:
-            future = self._pending.get(self._by_pod.get(key, ""))
+        future = self._pending.get(self._by_pod.get(key, ""))
         if future is None or not future.done():
             return None
         return future.result().numa_nodes
 
     def forget(self, sandbox_id: str) -> None:
-        with self._lock:
-            self._pending.pop(sandbox_id, None)
-            for key in [k for k, s in self._by_pod.items() if s == sandbox_id]:
-                del self._by_pod[key]
+        self._pending.pop(sandbox_id, None)
+        for key in [k for k, s in self._by_pod.items() if s == sandbox_id]:
+            del self._by_pod[key]
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Finished lookups for ``status`` (pending ones are listed as such)."""
-        with self._lock:
-            items = sorted(self._pending.items())
+        items = sorted(dict(self._pending).items())  # a copy: the node thread may add one meanwhile
         out = []
         for sandbox, future in items:
             out.append(future.result().to_json() if future.done() else {"sandbox_id": sandbox, "pending": True})

@@ -14,49 +14,50 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 import structlog
 
 from ..config import Settings
-from ..engine.admission import AdmissionRequest, Engine
+from ..engine.admission import Engine
 from ..engine.cpuset import CPUSet, CPUSetError
-from ..engine.qos import QoS
 from ..engine.topology.sysfs import discover
+from ..nri.gen import api_pb2 as api
 from ..nri.stub import Stub
-from .cgroup_passes import CgroupSyncer
 from .cgroup_paths import CgroupError, read_cpus
-from .cpuset_writer import CpusetWriter
+from .core import events as ev
+from .core.repairs import Drift, DriftProbe
 from .cri_client import CRIClient
 from .metrics import Metrics
-from .reply_updates import cpu_update
-from .tracker import Tracker
+from .plugin import PinnerPlugin
 from .uevents import open_socket, watch_cpus
 
 log = structlog.get_logger("nri_pinner.reconcile")
 
 
-@dataclass(frozen=True)
-class Drift:
-    container_id: str
-    name: str
-    actual: CPUSet
-    desired: CPUSet
-    mems: str
+def update_proto(container_id: str, cpus: CPUSet, mems: str) -> api.ContainerUpdate:
+    """An unsolicited NRI update (UpdateContainers): the runtime's own message, not a reply's."""
+    u = api.ContainerUpdate(container_id=container_id)
+    u.linux.resources.cpu.cpus = str(cpus)
+    u.linux.resources.cpu.mems = mems
+    return u
 
 
 class Reconciler:
-    def __init__(self, settings: Settings, tracker: Tracker, stub: Stub | None, metrics: Metrics,
-                 cri: CRIClient | None, writer: CpusetWriter | None = None,
-                 syncer: CgroupSyncer | None = None) -> None:
-        self.settings, self.tracker, self.stub, self.metrics, self.cri = settings, tracker, stub, metrics, cri
+    """The reconcile timer and the CPU-hotplug watcher, on the wire loop: they read cgroups and sysfs
+    (in worker threads) and send repairs through the runtime; every decision is the core's, asked
+    through the plugin's `ask` (queued on the node thread)."""
+
+    def __init__(self, settings: Settings, plugin: PinnerPlugin, stub: Stub | None, metrics: Metrics,
+                 cri: CRIClient | None) -> None:
+        self.settings, self.plugin, self.stub, self.metrics, self.cri = settings, plugin, stub, metrics, cri
         self._online_path = Path(settings.sysfs_root) / "sys/devices/system/cpu/online"
-        self._online = tracker.engine.topology.online
+        self._online = plugin.view().engine.topology.online
         self._online_lock = asyncio.Lock()  # the timer and the uevent watcher never rebuild at once
         self.repairs = 0
-        self.writer, self.syncer = writer, syncer
 
     async def run(self) -> None:
         sock = open_socket()
@@ -80,94 +81,50 @@ class Reconciler:
             return  # Synchronize reads the topology the engine has; the first tick after it checks
         await self._check_online_cpus()
 
+    async def _ask(self, event: ev.Event) -> Any:
+        return await asyncio.wrap_future(self.plugin.ask(event))
+
     async def tick(self) -> list[Drift]:
         if self.stub is not None and not self.stub.synchronized:
             return []
         await self._check_online_cpus()
-        drifts = await asyncio.to_thread(self.find_drift)
-        for d in drifts:
-            path = await self._repair_one(d)
+        probes: list[DriftProbe] = await self._ask(ev.DriftCheck())
+        actual = await asyncio.to_thread(self._read, probes)
+        decided: list[tuple[Drift, str]] = await self._ask(ev.CpusetsRead(actual))
+        drifts = []
+        for d, how in decided:
+            path = await self._repair_one(d) if how == "runtime" else how
+            if path == "gone":
+                continue
+            drifts.append(d)
             self.repairs += 1
             self.metrics.reconcile_repairs.labels(path).inc()
             log.warning("cpuset drift repaired", container=d.name, container_id=d.container_id[:12],
                         actual=str(d.actual), desired=str(d.desired), path=path)
         return drifts
 
-    def find_drift(self) -> list[Drift]:
-        tr = self.tracker
-        with tr.lock:
-            wanted = [(t.container_id, t.key[1], t.cgroups_path, *tr.desired(t))
-                      for t in tr.containers.values() if not t.stopped and t.cgroups_path]
-        drifts = []
-        for cid, name, cgroups_path, desired, mems in wanted:
+    def _read(self, probes: list[DriftProbe]) -> dict[str, CPUSet]:
+        actual = {}
+        for p in probes:
             try:
-                actual = read_cpus(self.settings.reconcile.cgroup_root, cgroups_path)
+                actual[p.container_id] = read_cpus(self.settings.reconcile.cgroup_root, p.cgroups_path)
             except CgroupError as exc:
-                log.debug("cannot read cpuset", container=name, error=str(exc))
-                continue
-            if actual != desired:
-                drifts.append(Drift(cid, name, actual, desired, mems))
-        return drifts
+                log.debug("cannot read cpuset", container=p.name, error=str(exc))
+        return actual
 
     async def _repair_one(self, d: Drift) -> str:
         """One repair's NRI or CRI error never aborts the pass: that one rides on the next reply."""
         try:
-            return await self._repair(d)
+            path = await self._send(d)
         except Exception as exc:
             log.warning("repair failed; repairing in the next event reply", container=d.name, error=repr(exc))
-            return await self._next_reply(d)
-
-    def _current(self, d: Drift) -> Drift | None:
-        """The drift as it stands now (call with the lock): events since `find_drift` may have
-        changed the desired set (a Guaranteed create shrinks the pool) or removed the container."""
-        t = self.tracker.containers.get(d.container_id)
-        if t is None or t.stopped:
-            return None
-        desired, mems = self.tracker.desired(t)
-        return replace(d, desired=desired, mems=mems)
-
-    def _write(self, d: Drift) -> tuple[Drift | None, bool]:
-        """Repair in the cgroup under the lock, so no event can change the desired set meanwhile.
-        systemd is told first, off the lock (a D-Bus round trip must not hold up the handlers); a
-        desired set that changed meanwhile goes to the runtime instead."""
-        writer = self.writer
-        with self.tracker.lock:
-            now = self._current(d)
-            if now is None or writer is None:
-                return now, False
-            path = self.tracker.containers[d.container_id].cgroups_path
-        untold = writer.tell_systemd([(path, now.desired, now.mems)])
-        with self.tracker.lock:
-            again = self._current(d)
-            if again is None or (again.desired, again.mems) != (now.desired, now.mems):
-                return again, False
-            t = self.tracker.containers[d.container_id]
-            try:
-                writer.apply(t.cgroups_path, now.desired, now.mems)
-            except CgroupError as exc:
-                log.info("cgroup repair failed; using the runtime", container=d.name, error=str(exc))
-                return now, False
-            if untold:  # repaired, but systemd would undo it again: the runtime's update tells it
-                log.info("systemd scope not updated; using the runtime", container=d.name, error=untold[path])
-                return now, False
-            t.applied_cpus, t.applied_mems = now.desired, now.mems
-            return now, True
-
-    async def _repair(self, d: Drift) -> str:
-        now, written = await asyncio.to_thread(self._write, d)
-        if now is None:
-            return "gone"
-        if written:
-            return "cgroup"
-        generation = self.tracker.generation
-        path = await self._send(now)
-        if self.tracker.generation != generation:  # an event changed state while the repair was in flight
-            await asyncio.to_thread(self._forget, d.container_id)
+            path = "next-reply"
+        self.plugin.post(ev.RuntimeRepaired(d.container_id, d.generation, sent=path != "next-reply"))
         return path
 
     async def _send(self, d: Drift) -> str:
         if self.stub is not None and self.stub.supports_safe_unsolicited_updates:
-            failed = await self.stub.update_containers([cpu_update(d.container_id, d.desired, d.mems)])
+            failed = await self.stub.update_containers([update_proto(d.container_id, d.desired, d.mems)])
             if not failed:
                 return "nri"
         if self.cri is not None:
@@ -177,21 +134,7 @@ class Reconciler:
             except grpc.aio.AioRpcError as exc:
                 log.warning("CRI repair failed; repairing in the next event reply", container=d.name,
                             code=str(exc.code()), details=exc.details())
-        return await self._next_reply(d)
-
-    async def _next_reply(self, d: Drift) -> str:
-        await asyncio.to_thread(self._forget, d.container_id, True)
         return "next-reply"
-
-    def _forget(self, container_id: str, reply: bool = False) -> None:
-        """The runtime may hold a stale cpuset for this container: the next pass or reply resends it.
-        `reply`: only a reply can (no CRI, old NRI, or systemd refused the scope); with cgroup writes
-        on, a started container is in a reply only when marked as a fallback."""
-        with self.tracker.lock:
-            t = self.tracker.containers.get(container_id)
-            if t is not None:
-                t.applied_cpus = None
-                t.fallback = t.fallback or reply
 
     async def _check_online_cpus(self) -> None:
         async with self._online_lock:
@@ -213,45 +156,10 @@ class Reconciler:
             log.warning("reserved CPUs are offline", offline=str(reserved - topology.online))
             settings = replace(settings, cpu_manager=replace(settings.cpu_manager,
                                                              reserved_cpus=reserved & topology.online))
-        current = self.tracker.engine  # the same hint providers and memory policy, on the new topology
+        current = self.plugin.view().engine  # the same hint providers and memory policy, on the new topology
         engine = Engine.from_settings(settings, topology, current.extra_providers, memory=current.memory)
-        await asyncio.to_thread(self.apply_topology_change, engine)
+        await self._ask(ev.TopologyChanged(engine))
         self._online = online
-
-    def apply_topology_change(self, engine: Engine) -> None:
-        tr = self.tracker
-        with tr.lock:
-            before = tr.engine.topology.online
-            state, messages = engine.policy.start(tr.state)
-            # CPUs that came back: containers whose admitted CPUs are free again get them back
-            for a in list(state.assignments.values()):
-                missing = a.admitted - a.current
-                if a.exclusive and missing and missing.issubset(engine.policy.available_for_exclusive(state)):
-                    state = state.hold(replace(a, current=a.admitted))
-                    messages.append(f"{a.pod}/{a.container}: CPUs {missing} are back online; restored")
-            # Guaranteed containers that lost every CPU went to the shared pool: pin them again if they fit now
-            for t in tr.containers.values():
-                held = state.get(*t.key)
-                if t.stopped or t.intent.qos is not QoS.GUARANTEED or (held is not None and held.exclusive):
-                    continue
-                request = AdmissionRequest(t.key[0], t.key[1], t.intent.qos, t.intent.request_milli,
-                                           t.intent.limit_milli, init=t.intent.init, restartable=t.intent.restartable)
-                readmitted, decision = engine.admit(engine.remove(state, *t.key), request)
-                if decision.admitted and decision.exclusive:
-                    state = readmitted
-                    messages.append(f"{t.intent.pod_name}/{t.key[1]}: pinned again on CPUs {decision.cpus}")
-            tr.engine, tr.state = engine, state
-            for t in tr.containers.values():
-                if t.started:  # the kernel drops offlined CPUs from every v1 cpuset: read them back
-                    t.applied_cpus = None
-            view = tr.publish()
-            if self.syncer is not None:  # the same path as an event's pool change, now
-                self.syncer.kick(view.generation)
-            log.warning("online CPUs changed", before=str(before), after=str(engine.topology.online),
-                        shared=str(tr.shared_pool))
-            for m in messages:
-                log.warning("state repaired", repair=m)
-
 
 async def stop_task(task: asyncio.Task[None] | None) -> None:
     if task is not None:

@@ -15,18 +15,17 @@ from .. import __version__
 from ..engine.cpuset import CPUSet
 from ..engine.nicmanager.hints import nic_hints
 from ..nri.stub import Stub
+from .core.records import View, desired_of
 from .gen import inspect_pb2 as pb
-from .tracker import Tracker, desired_of
 
 SERVICE = "nri_pinner.inspect.v1.Inspect"
 
 
-def status_document(tracker: Tracker, stub: Stub | None, reconcile_repairs: int = 0,
+def status_document(view: View, stub: Stub | None, reconcile_repairs: int = 0,
                     nics: list[dict[str, Any]] | None = None,
                     podresources: dict[str, Any] | None = None,
                     cgroup_writes: dict[str, int] | None = None) -> dict[str, Any]:
     """Built from the newest published view: no lock, so a status query never waits on a handler."""
-    view = tracker.view()
     engine, state, shared = view.engine, view.state, view.shared_pool
     topo = engine.topology
     mems: dict[CPUSet, str] = {}

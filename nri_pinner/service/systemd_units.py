@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from collections.abc import Iterable, Sequence
 
@@ -75,11 +74,10 @@ def set_properties_call(unit: str, cpus: CPUSet, mems: CPUSet | None) -> Message
 
 
 class SystemdUnits:
-    """One connection to systemd, used by one pass at a time (a lock; passes are already serial)."""
+    """One connection to systemd, used by one pass at a time (the core keeps one pass in flight: no lock)."""
 
     def __init__(self, socket_path: str = "/run/systemd/private", timeout: float = 0.5) -> None:
         self.socket_path, self.timeout = socket_path, timeout
-        self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._parser = Parser()
         self._serial = 0
@@ -91,14 +89,13 @@ class SystemdUnits:
         Waits at most `timeout` for all replies together."""
         if not items:
             return {}
-        with self._lock:
-            try:
-                sock = self._connect()
-                pending = self._send(sock, items)
-                failed = self._collect(sock, pending)
-            except (OSError, ValueError) as exc:
-                self._drop(f"{type(exc).__name__}: {exc}")
-                failed = {unit: self.last_error for unit, _, _ in items}
+        try:
+            sock = self._connect()
+            pending = self._send(sock, items)
+            failed = self._collect(sock, pending)
+        except (OSError, ValueError) as exc:
+            self._drop(f"{type(exc).__name__}: {exc}")
+            failed = {unit: self.last_error for unit, _, _ in items}
         return failed
 
     def _connect(self) -> socket.socket:
@@ -175,5 +172,4 @@ class SystemdUnits:
             self._sock = None
 
     def close(self) -> None:
-        with self._lock:
-            self._drop("closed")
+        self._drop("closed")

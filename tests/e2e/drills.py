@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service import checkpoint
+from nri_pinner.service import checkpoint_file
 from nri_pinner.service.status_server import query
 
 from .harness import PodHandle, PrivateContainerd
@@ -324,10 +324,10 @@ Spoil = Callable[[Path, Path], contextlib.AbstractContextManager[None]]
 
 
 def _rewrite(cp: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    loaded = checkpoint.read(cp)
+    loaded = checkpoint_file.read(cp)
     body = loaded.body or {"policy": "static", "entries": []}
     change(body)
-    checkpoint.write(cp, body)  # a valid checksum over a hostile body
+    checkpoint_file.write(cp, body)  # a valid checksum over a hostile body
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.model import Topology
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service import checkpoint
+from nri_pinner.service import checkpoint_file
 from nri_pinner.service.app import Service, build_engine
 from testkit.fake_runtime import CONTAINERD_1_7_24, FakeRuntime, PluginConnection, RuntimeProfile, running_stub
 
@@ -34,7 +34,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
 DUAL_SOCKET = FIXTURES / "dual-socket-ht"  # 12 CPUs, 2 NUMA nodes, core c = {c, c+6}
 PERIOD = 100_000
 # NOT a kubelet field: the container annotation a plain containerd client sets to mark an init container
-# (README "How Kubernetes intent is read"; nri_pinner/service/intent.py CONTAINER_TYPE_OVERRIDE)
+# (README "How Kubernetes intent is read"; nri_pinner/service/core/intent.py CONTAINER_TYPE_OVERRIDE)
 PLAIN_CONTAINERD_TYPE = "io.kubernetes.container.type"
 
 
@@ -105,7 +105,7 @@ def checkpoint_entries(settings: Settings) -> dict[str, dict[str, Any]]:
     svc = _SERVICES.get(settings.state.checkpoint)
     if svc is not None:
         assert svc.plugin.checkpoints.flush(), "checkpoint writer stuck"
-    loaded = checkpoint.read(settings.state.checkpoint)
+    loaded = checkpoint_file.read(settings.state.checkpoint)
     assert loaded.body is not None, loaded.problem
     return {e["container_id"]: e for e in loaded.body["entries"]}
 
@@ -160,7 +160,7 @@ class Running:
 
     @property
     def topology(self) -> Topology:
-        return self.svc.tracker.engine.topology
+        return self.svc.plugin.node.engine.topology
 
 
 @contextlib.asynccontextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
+from typing import cast
 
 import pytest
 from prometheus_client import generate_latest
@@ -19,6 +20,10 @@ from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.service import cgroup_passes, cpuset_writer
 from nri_pinner.service.app import Service
+from nri_pinner.service.core import passes as core_passes
+from nri_pinner.service.core.events import CpusetsRead, DriftCheck
+from nri_pinner.service.core.passes import PassBook
+from nri_pinner.service.core.repairs import Drift, DriftProbe
 from testkit.fake_runtime import CONTAINERD_2_1_9
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
@@ -51,15 +56,14 @@ async def start_shared(r: Running, root: Path) -> None:
     await r.conn.state_change(api.START_CONTAINER, BPOD, B)
 
 
-async def written(svc: Service) -> cgroup_passes.CgroupSyncer:
-    """The syncer, once a pass begun at the newest change has finished (asserted, within 5 s)."""
-    syncer = svc.plugin.syncer
-    assert syncer is not None and await asyncio.to_thread(syncer.wait, svc.tracker.generation, 5)
-    return syncer
+async def written(svc: Service) -> PassBook:
+    """The core's pass book, once a pass begun at the newest change has finished (asserted, within 5 s)."""
+    assert await asyncio.to_thread(svc.plugin.await_pass, 5)
+    return svc.plugin.core.passes
 
 
-async def shrunk_for_g(r: Running, root: Path) -> tuple[CPUSet, cgroup_passes.CgroupSyncer]:
-    """B started, G created, and the syncer's pass for G done: (the shared pool now, the syncer)."""
+async def shrunk_for_g(r: Running, root: Path) -> tuple[CPUSet, PassBook]:
+    """B started, G created, and the pass for G done: (the shared pool now, the core's pass book)."""
     await start_shared(r, root)
     reply = await r.conn.create_container(create(GPOD, G))
     assert reply is not None
@@ -144,13 +148,13 @@ async def test_a_start_waits_for_the_pass_after_its_own_create_not_for_later_cha
     settings = make_settings(workdir)
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
-        pool, syncer = await shrunk_for_g(r, root)
-        passes = syncer.passes
-        # the syncer now holds every pass back; only a waiting StartContainer would run one itself
-        monkeypatch.setattr(cgroup_passes, "SETTLE_SECONDS", 60.0)
+        pool, book = await shrunk_for_g(r, root)
+        passes = book.count
+        # every pass is held back now; only a waiting StartContainer would have one run at once
+        monkeypatch.setattr(core_passes, "SETTLE_SECONDS", 60.0)
         await r.conn.create_container(create(BPOD, LATE))  # a newer generation; nothing started changes
         await r.conn.state_change(api.START_CONTAINER, GPOD, G)
-        assert syncer.passes == passes and held(root, B)[0] == pool
+        assert book.count == passes and held(root, B)[0] == pool
 
 
 async def test_every_update_is_answered_with_the_current_cpuset(workdir: Path) -> None:
@@ -219,15 +223,17 @@ async def test_drift_repair_writes_the_cgroup_and_rechecks_what_is_desired(workd
         pool, _ = await shrunk_for_g(r, root)
         (cgroup_dir(root, B) / "cpuset.cpus").write_text(f"{online}\n")  # someone widened B
 
-        [drift] = await asyncio.to_thread(r.svc.reconciler.find_drift)
-        assert (drift.actual, drift.desired) == (online, pool)
-        # a second Guaranteed create lands between the drift check and the repair
+        probes = cast(list[DriftProbe], await asyncio.wrap_future(r.svc.plugin.ask(DriftCheck())))
+        actual = await asyncio.to_thread(r.svc.reconciler._read, probes)
+        assert actual[B.id] == online
+        # a second Guaranteed create lands between the cgroup read and the repair's decision
         reply = await r.conn.create_container(create(GPOD, G2))
         assert reply is not None
         pool -= CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
-        await written(r.svc)
-        assert await r.svc.reconciler._repair(drift) == "cgroup"
-        assert held(root, B)[0] == pool  # the set desired now, not the one find_drift saw
+        decided = cast(list[tuple[Drift, str]], await asyncio.wrap_future(r.svc.plugin.ask(CpusetsRead(actual))))
+        [(drift, path)] = decided
+        assert path == "cgroup" and (drift.actual, drift.desired) == (online, pool)
+        assert held(root, B)[0] == pool  # the set desired now, not the one the probe saw
         assert r.conn.updates == []
 
 
@@ -269,21 +275,21 @@ async def g_started_in_time(r: Running, root: Path) -> None:
     assert r.svc.metrics.late_replies.labels("StartContainer")._value.get() == 0
 
 
-async def test_a_waiting_start_does_not_wait_out_the_syncers_settling(
+async def test_a_waiting_start_does_not_wait_out_the_passes_settling(
         workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The syncer settles after a kick so the runtime's own work goes first; an exclusive start that
+    # A pass settles after a change so the runtime's own work goes first; an exclusive start that
     # waits for the pass must cut that short (with a 60 s settle, its 1 s wait would run out).
-    monkeypatch.setattr(cgroup_passes, "SETTLE_SECONDS", 60.0)
+    monkeypatch.setattr(core_passes, "SETTLE_SECONDS", 60.0)
     settings = make_settings(workdir)
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
         await g_started_in_time(r, root)
 
 
-async def test_a_waiting_start_runs_the_pass_itself_when_the_syncer_gets_no_cpu(
+async def test_a_waiting_start_has_its_pass_run_at_normal_priority_when_the_background_gets_no_cpu(
         workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # On a busy node the nice-10 syncer thread may not run for a while: the StartContainer handler
-    # that waits for the pass runs it on its own thread instead of waiting for the syncer.
+    # On a busy node the nice-10 background pass thread may not run for a while: a pass that a
+    # StartContainer reply waits for runs on the normal-priority thread instead.
     stalled = threading.Event()
     monkeypatch.setattr(cgroup_passes, "background_priority", lambda: stalled.wait(30))
     settings = make_settings(workdir)
@@ -291,7 +297,7 @@ async def test_a_waiting_start_runs_the_pass_itself_when_the_syncer_gets_no_cpu(
     try:
         async with running(settings) as r:
             await g_started_in_time(r, root)
-            stalled.set()  # before the service closes, which joins the syncer
+            stalled.set()  # before the service closes, which joins the pass threads
     finally:
         stalled.set()
 
@@ -300,7 +306,7 @@ async def test_a_pool_that_only_grows_waits_longer_and_a_start_still_cuts_it_sho
         workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Widening is never urgent (no shared container loses a CPU), so a stop's pass waits for the
     # runtime to finish the stop; the shrink before it did not wait that long.
-    monkeypatch.setattr(cgroup_passes, "WIDEN_SETTLE_SECONDS", 60.0)
+    monkeypatch.setattr(core_passes, "WIDEN_SETTLE_SECONDS", 60.0)
     settings = make_settings(workdir)
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:

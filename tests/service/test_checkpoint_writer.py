@@ -13,25 +13,25 @@ from svc_harness import checkpoint_entries, container, create, make_settings, po
 
 from nri_pinner.engine.cpumanager.state import EngineState
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service import checkpoint, checkpoint_writer
-from nri_pinner.service.checkpoint import Snapshot
+from nri_pinner.service import checkpoint_file, checkpoint_writer
 from nri_pinner.service.checkpoint_writer import CheckpointWriter
+from nri_pinner.service.core.checkpoint import Snapshot
 
 GPOD, BPOD = pod("gold"), pod("burst", "burstable")
 
 
 @pytest.fixture
 def gated_disk(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list[dict[str, Any]]]:
-    """checkpoint.write blocks until the test opens the gate; bodies written are recorded."""
+    """checkpoint_file.write blocks until the test opens the gate; bodies written are recorded."""
     gate, bodies = threading.Event(), []
-    real = checkpoint.write
+    real = checkpoint_file.write
 
     def write(path: str | Path, body: dict[str, Any]) -> None:
         assert gate.wait(10), "gate never opened"
         bodies.append(body)
         real(path, body)
 
-    monkeypatch.setattr(checkpoint, "write", write)
+    monkeypatch.setattr(checkpoint_file, "write", write)
     return gate, bodies
 
 
@@ -65,7 +65,7 @@ def test_unchanged_bodies_are_not_rewritten(tmp_path: Path) -> None:
     assert (w.written, w.skipped) == (1, 1) and (tmp_path / "cp.json").stat().st_mtime_ns == mtime
     w.submit(Snapshot(EngineState(CPUSet.parse("2-3")), {}, CPUSet([0]), CPUSet.parse("2-3")))
     w.close()
-    assert w.written == 2 and checkpoint.read(tmp_path / "cp.json").body == {
+    assert w.written == 2 and checkpoint_file.read(tmp_path / "cp.json").body == {
         "policy": "static", "reserved": "0", "shared": "2-3", "entries": []}
 
 
@@ -78,7 +78,7 @@ def test_a_failed_write_is_counted_and_the_next_one_still_lands(tmp_path: Path) 
     w.path = tmp_path / "cp.json"
     w.submit(Snapshot(EngineState(CPUSet([1])), {}, CPUSet([0]), CPUSet([1])))
     w.close()
-    assert w.written == 1 and checkpoint.read(tmp_path / "cp.json").body is not None
+    assert w.written == 1 and checkpoint_file.read(tmp_path / "cp.json").body is not None
 
 
 def test_flush_and_close_cut_the_linger_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,5 +90,5 @@ def test_flush_and_close_cut_the_linger_short(tmp_path: Path, monkeypatch: pytes
     w.submit(Snapshot(EngineState(CPUSet.parse("2-3")), {}, CPUSet([0]), CPUSet.parse("2-3")))
     w.close(timeout=10)
     assert w.written == 2 and not w._thread.is_alive()
-    assert checkpoint.read(tmp_path / "cp.json").body == {"policy": "static", "reserved": "0", "shared": "2-3",
+    assert checkpoint_file.read(tmp_path / "cp.json").body == {"policy": "static", "reserved": "0", "shared": "2-3",
                                                         "entries": []}

@@ -3,7 +3,7 @@
 import pytest
 
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.intent import (
+from nri_pinner.service.core.intent import (
     BESTEFFORT,
     BURSTABLE,
     CONTAINER_TYPE_OVERRIDE,

@@ -53,7 +53,7 @@ def exited(c: api.Container, code: int = 0) -> api.Container:
 
 def shared_desired(svc: Service) -> dict[str, CPUSet]:
     """Every running shared container's desired cpuset."""
-    tr = svc.tracker
+    tr = svc.plugin.node
     out = {}
     for t in tr.containers.values():
         a = tr.assignment(t)
@@ -288,7 +288,7 @@ async def test_bad_noderesource_annotation_is_logged_and_the_values_inferred(wor
 
 
 def test_noderesource_values_and_errors_from_the_intent() -> None:
-    from nri_pinner.service.intent import intent_from_nri
+    from nri_pinner.service.core.intent import intent_from_nri
 
     gpod = annotated(pod("gold", "burstable"), {
         "initContainers": {"setup": {"requests": {"cpu": "250m"}}},

@@ -9,7 +9,7 @@ the kubelet's own arithmetic (tests/e2e/kubelet_model.py), not hand-typed number
 from __future__ import annotations
 
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.intent import intent_from_nri
+from nri_pinner.service.core.intent import intent_from_nri
 from tests.e2e import kubelet_model as km
 
 POD_LIMIT_MILLI = 2000

@@ -16,8 +16,8 @@ from nri_pinner.engine.cpuset import EMPTY, CPUSet
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.service.app import build_engine
-from nri_pinner.service.intent import intent_from_nri
-from nri_pinner.service.rebuild import rebuild
+from nri_pinner.service.core.intent import intent_from_nri
+from nri_pinner.service.core.rebuild import rebuild
 
 GOLD, BURST, BEST = pod("gold"), pod("burst", "burstable"), pod("best", "besteffort")
 

@@ -253,7 +253,7 @@ async def test_a_memory_aligned_grow_stays_on_its_memory_node_or_is_refused(work
         grown, grown_mems = cpuset_updates(reply.update)[c.id]
         assert mine.issubset(CPUSet.parse(grown)) and topo.numa_of(CPUSet.parse(grown)) == [node]
         assert grown_mems == mems
-        free_there = len(topo.numa_cpus[node] - CPUSet.parse(grown) - svc.tracker.engine.policy.reserved)
+        free_there = len(topo.numa_cpus[node] - CPUSet.parse(grown) - svc.plugin.node.engine.policy.reserved)
         beyond = (4 + free_there + 1) * 1000  # one CPU more than the node has left
         if policy == "single-numa-node":
             with pytest.raises(TtrpcStatusError, match="TopologyAffinityError"):
@@ -274,7 +274,7 @@ async def test_an_update_over_budget_gets_the_current_cpuset_and_the_late_resize
         online = r.topology.online
         await started(r, root, BPOD, B)
         mine = await started(r, root, GPOD, G)
-        engine = r.svc.tracker.engine
+        engine = r.svc.plugin.node.engine
         real = engine.resize
 
         def slow(*args: Any, **kwargs: Any) -> Any:
@@ -311,15 +311,15 @@ async def test_fractional_to_integer_follows_its_memory(workdir: Path, policy: s
     async with running(settings, svc=svc) as r:
         await started(r, root, GPOD, big)
         shared = await started(r, root, GPOD, frac)
-        engine = svc.tracker.engine
-        assert engine.memory_mems(svc.tracker.state, GPOD.uid, "big") == (0,)
-        assert engine.memory_mems(svc.tracker.state, GPOD.uid, "frac") == (1,)
-        blocks = svc.tracker.state.to_dict()["providers"]["memory"]
+        engine = svc.plugin.node.engine
+        assert engine.memory_mems(svc.plugin.node.state, GPOD.uid, "big") == (0,)
+        assert engine.memory_mems(svc.plugin.node.state, GPOD.uid, "frac") == (1,)
+        blocks = svc.plugin.node.state.to_dict()["providers"]["memory"]
         reply = await r.conn.update_container(resize(frac, GPOD, 2000))
         assert reply is not None
         cpus, mems = cpuset_updates(reply.update)[frac.id]
         assert topo.numa_of(CPUSet.parse(cpus)) == [1] and mems == "1"
-        assert svc.tracker.state.to_dict()["providers"]["memory"] == blocks  # nothing allocated twice
+        assert svc.plugin.node.state.to_dict()["providers"]["memory"] == blocks  # nothing allocated twice
         reply = await r.conn.update_container(resize(frac, GPOD, 500))  # back to the shared pool
         assert reply is not None and cpuset_updates(reply.update)[frac.id][0] == str(shared)
         free = len(topo.numa_cpus[1] - engine.policy.reserved)
@@ -338,7 +338,7 @@ async def test_fractional_to_integer_follows_its_memory(workdir: Path, policy: s
             assert reply is not None
             cpus, mems = cpuset_updates(reply.update)[frac.id]
             assert topo.numa_of(CPUSet.parse(cpus)) == [0] and mems == "1"  # the memory did not move
-        assert svc.tracker.state.to_dict()["providers"]["memory"] == blocks
+        assert svc.plugin.node.state.to_dict()["providers"]["memory"] == blocks
 
 
 @pytest.mark.parametrize("node1_full", [False, True])
@@ -356,7 +356,7 @@ async def test_fractional_to_integer_aligns_with_the_containers_gpu(workdir: Pat
     async with running(settings) as r:
         topo = r.topology
         if node1_full:
-            free = len(topo.numa_cpus[1] - r.svc.tracker.engine.policy.reserved)
+            free = len(topo.numa_cpus[1] - r.svc.plugin.node.engine.policy.reserved)
             other = pod("other")
             assert topo.numa_of(await started(r, root, other, container(other, "x", free * 1000, free * 1000))) == [1]
         shared = await started(r, root, GPOD, frac)

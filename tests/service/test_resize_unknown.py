@@ -22,7 +22,7 @@ from test_resize_service import BPOD, GPOD, count, resize, started
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import TtrpcStatusError
-from nri_pinner.service.rebuild import rebuild
+from nri_pinner.service.core.rebuild import rebuild
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9
 
 B = container(BPOD, "app", 100)
@@ -70,7 +70,7 @@ async def test_an_unlisted_exclusive_container_keeps_its_checkpointed_sets(workd
     settings = make_settings(workdir)
     # Synchronize lists nothing (the checkpoint's entries are dropped there); G's update comes later
     async with running(settings) as r:
-        assert not r.svc.tracker.state.exclusive_cpus()
+        assert not r.svc.plugin.node.state.exclusive_cpus()
         g = container(GPOD, "app", 4000, 4000, cpus=str(baseline))
         reply = await r.conn.update_container(resize(g, GPOD, 6000))
         assert reply is not None
@@ -89,7 +89,7 @@ async def test_seeded_checkpoint_restores_both_sets_and_a_resize_right_after_it(
     settings = make_settings(workdir)
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings, CONTAINERD_1_7_24, synchronize=False) as r:
-        tr = r.svc.tracker
+        tr = r.svc.plugin.node
         seeded = tr.state.get(GPOD.uid, "app")
         assert seeded is not None and seeded.exclusive
         assert (seeded.admitted, seeded.current) == (baseline, grown)
@@ -103,7 +103,7 @@ async def test_seeded_checkpoint_restores_both_sets_and_a_resize_right_after_it(
         assert reply is not None
         cpus = CPUSet.parse(cpuset_updates(reply.update)[G.id][0])
         assert len(cpus) == 5 and grown.issubset(cpus)
-        assert G.id not in r.svc.plugin._seeded
+        assert G.id not in r.svc.plugin.core.seeded
         a = tr.state.get(GPOD.uid, "app")
         assert a is not None and (a.admitted, a.current) == (baseline, cpus)
         # the shared container nobody listed: the shared pool, never its create-time set
@@ -152,7 +152,7 @@ async def test_an_unknown_container_over_budget_gets_the_shared_pool_and_is_adop
             time.sleep(1.0)  # a blocked adoption: past the budget, inside the runtime's timeout
             return rebuild(*args, **kwargs)
 
-        monkeypatch.setattr("nri_pinner.service.resize_handler.rebuild", slow)
+        monkeypatch.setattr("nri_pinner.service.core.resizing.rebuild", slow)
         stale = container(BPOD, "app", 100, cpus=str(r.topology.online))
         reply = await r.conn.update_container(resize(stale, BPOD, 200, 0))
         assert reply is not None and not r.conn.closed

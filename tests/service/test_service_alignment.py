@@ -106,9 +106,9 @@ async def test_gpu_container_lands_on_the_gpus_node_with_memory_there(workdir: P
 
         # the pod's going releases the memory (a stop alone keeps it for the pod, as the kubelet does)
         await r.conn.stop_container(api.StopContainerRequest(pod=gp, container=c))
-        assert svc.tracker.engine.memory_mems(svc.tracker.state, gp.uid, "cuda") == (1,)
+        assert svc.plugin.node.engine.memory_mems(svc.plugin.node.state, gp.uid, "cuda") == (1,)
         await r.conn.state_change(api.STOP_POD_SANDBOX, gp)
-        assert svc.tracker.engine.memory_mems(svc.tracker.state, gp.uid, "cuda") is None
+        assert svc.plugin.node.engine.memory_mems(svc.plugin.node.state, gp.uid, "cuda") is None
 
 
 async def test_memory_blocks_survive_a_restart_through_the_checkpoint(workdir: Path, sysfs: Path) -> None:
@@ -122,7 +122,7 @@ async def test_memory_blocks_survive_a_restart_through_the_checkpoint(workdir: P
         c.linux.resources.cpu.mems = "0"
     svc = service(settings)
     async with running(settings, CONTAINERD_2_3_0, svc=svc, pods=[gp], containers=[c]) as r:
-        assert svc.tracker.engine.memory_mems(svc.tracker.state, gp.uid, "cuda") == (0,)
+        assert svc.plugin.node.engine.memory_mems(svc.plugin.node.state, gp.uid, "cuda") == (0,)
 
 
 def test_intake_groups_devices_and_warns_once_for_missing_nodes(sysfs: Path, workdir: Path) -> None:
@@ -182,9 +182,9 @@ async def test_app_container_reuses_its_init_containers_memory(workdir: Path, sy
         assert entries[init.id]["memory_blocks"] == [{"numa": [int(node)], "type": "memory", "size": GB}]
         assert entries[app.id]["memory_blocks"] == [{"numa": [int(node)], "type": "memory", "size": 5 * GB}]
 
-        memory = svc.tracker.engine.memory
+        memory = svc.plugin.node.engine.memory
         assert memory is not None
         for c in (init, app):
             assert await r.conn.state_change(api.REMOVE_CONTAINER, gp, c)
-        state = memory_state(svc.tracker.state.providers["memory"])
+        state = memory_state(svc.plugin.node.state.providers["memory"])
         assert state.blocks == {} and memory.machine(state)[int(node)].tables["memory"].reserved == 0

@@ -30,7 +30,7 @@ from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub_wire import TtrpcStatusError
-from nri_pinner.service import checkpoint
+from nri_pinner.service import checkpoint_file
 from nri_pinner.service.app import Service
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, RuntimeProfile
 
@@ -100,7 +100,7 @@ async def test_hostile_checkpoint_value_never_fails_synchronize(
     entry = {"container_id": gold.id, "sandbox_id": GOLD.id, "pod": "uid-gold", "container": "app",
              "admitted": value, "current": value, "exclusive": True, "init": False, "restartable": False,
              "numa_affinity": None}
-    checkpoint.write(settings.state.checkpoint, {"policy": "static", "reserved": "0", "shared": "",
+    checkpoint_file.write(settings.state.checkpoint, {"policy": "static", "reserved": "0", "shared": "",
                                                   "entries": [entry]})  # a valid checksum over a hostile value
     async with running(settings, profile, pods=[GOLD], containers=[gold]) as r:
         assert not r.conn.closed

@@ -63,7 +63,7 @@ async def test_over_budget_create_gets_the_shared_pool_and_the_late_decision_is_
         bpod, gpod = pod("burst", "burstable"), pod("gold")
         b = container(bpod, "app", 100)
         await r.conn.create_container(create(bpod, b))
-        slow_guaranteed_admissions(monkeypatch, r.svc.tracker.engine)
+        slow_guaranteed_admissions(monkeypatch, r.svc.plugin.node.engine)
 
         g = container(gpod, "app", 2000, 2000)
         reply = await r.conn.create_container(create(gpod, g))  # the runtime's 1 s timeout would drop us
@@ -95,7 +95,7 @@ async def test_over_budget_create_with_on_timeout_fail_fails_in_time(
         monkeypatch: pytest.MonkeyPatch, workdir: Path) -> None:
     settings = make_settings(workdir, nri={"budget_margin_ms": MARGIN_MS, "on_timeout": "fail"})
     async with running(settings, CONTAINERD_2_1_9, request_timeout=REQUEST_TIMEOUT) as r:
-        returned = slow_guaranteed_admissions(monkeypatch, r.svc.tracker.engine)
+        returned = slow_guaranteed_admissions(monkeypatch, r.svc.plugin.node.engine)
         gpod = pod("gold")
         with pytest.raises(TtrpcStatusError, match="request budget"):
             await r.conn.create_container(create(gpod, container(gpod, "app", 2000, 2000)))

@@ -16,7 +16,7 @@ import pytest
 from svc_harness import container, cpuset_updates, create, make_settings, mems_for, pod, running, write_cgroup_cpus
 
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service import checkpoint
+from nri_pinner.service import checkpoint_file
 from testkit.fake_runtime import NRI_V0_12_1
 
 BODY = {"policy": "static", "shared": "0-3", "entries": []}
@@ -43,31 +43,31 @@ def temps(directory: Path) -> list[Path]:
 def test_disk_full_keeps_the_old_checkpoint_and_leaves_no_temp_file(workdir: Path) -> None:
     with small_tmpfs(workdir / "small") as d:
         cp = d / "cp.json"
-        checkpoint.write(cp, BODY)
+        checkpoint_file.write(cp, BODY)
         with pytest.raises(OSError) as failed:
-            checkpoint.write(cp, BIG_BODY)
+            checkpoint_file.write(cp, BIG_BODY)
         assert failed.value.errno == 28  # ENOSPC
         assert temps(d) == []
-        assert checkpoint.read(cp).body == BODY
+        assert checkpoint_file.read(cp).body == BODY
 
 
 def test_read_only_directory_keeps_the_old_checkpoint(workdir: Path) -> None:
     with small_tmpfs(workdir / "ro") as d:
         cp = d / "cp.json"
-        checkpoint.write(cp, BODY)
+        checkpoint_file.write(cp, BODY)
         subprocess.run(["mount", "-o", "remount,ro", str(d)], check=True)
         with pytest.raises(OSError):
-            checkpoint.write(cp, BIG_BODY)
-        assert temps(d) == [] and checkpoint.read(cp).body == BODY
+            checkpoint_file.write(cp, BIG_BODY)
+        assert temps(d) == [] and checkpoint_file.read(cp).body == BODY
 
 
 def test_dangling_symlink_is_reported_not_silently_absent(tmp_path: Path) -> None:
     cp = tmp_path / "cp.json"
     cp.symlink_to(tmp_path / "gone" / "cp.json")
-    loaded = checkpoint.read(cp)
+    loaded = checkpoint_file.read(cp)
     assert loaded.body is None and "dangling symlink" in loaded.problem and "gone" in loaded.problem
-    checkpoint.write(cp, BODY)  # the next write replaces the link with the file
-    assert not cp.is_symlink() and checkpoint.read(cp).body == BODY
+    checkpoint_file.write(cp, BODY)  # the next write replaces the link with the file
+    assert not cp.is_symlink() and checkpoint_file.read(cp).body == BODY
 
 
 def test_short_writes_are_retried_until_the_whole_file_is_written(
@@ -81,27 +81,27 @@ def test_short_writes_are_retried_until_the_whole_file_is_written(
 
     monkeypatch.setattr(os, "write", short_write)
     cp = tmp_path / "cp.json"
-    checkpoint.write(cp, BIG_BODY)
+    checkpoint_file.write(cp, BIG_BODY)
     monkeypatch.undo()
-    assert len(calls) > 1000 and checkpoint.read(cp).body == BIG_BODY
+    assert len(calls) > 1000 and checkpoint_file.read(cp).body == BIG_BODY
 
 
 def test_temp_file_of_a_killed_writer_is_removed_at_start(tmp_path: Path) -> None:
     cp = tmp_path / "cp.json"
-    checkpoint.write(cp, BODY)
+    checkpoint_file.write(cp, BODY)
     stale = tmp_path / ".cp.json.4242424.tmp"
     stale.write_bytes(b'{"half')
-    assert checkpoint.read(cp).body == BODY
+    assert checkpoint_file.read(cp).body == BODY
     assert not stale.exists()
 
 
 def test_fifo_or_device_in_place_of_the_checkpoint_is_refused_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "cp.json"
     os.mkfifo(fifo)
-    assert checkpoint.read(fifo).problem == "not a regular file"
+    assert checkpoint_file.read(fifo).problem == "not a regular file"
     link = tmp_path / "zero.json"
     link.symlink_to("/dev/zero")
-    assert checkpoint.read(link).problem == "not a regular file"
+    assert checkpoint_file.read(link).problem == "not a regular file"
 
 
 async def test_one_failing_repair_does_not_abort_the_reconcile_pass(workdir: Path) -> None:

@@ -18,6 +18,7 @@ from svc_harness import container, create, make_settings, new_service, pod
 from nri_pinner import cli
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.nri.handlers import Deferred, UpdatesReply
 from nri_pinner.nri.stub_wire import TtrpcStatusError
 from nri_pinner.service.app import Service
 from nri_pinner.service.metrics import REJECTIONS, RESIZE_KINDS, RESIZE_REFUSALS
@@ -91,7 +92,8 @@ async def test_readyz_and_status_follow_the_runtime_connection(
     during: list[tuple[int, str]] = []
     real_synchronize = svc.plugin.synchronize
 
-    def observed_synchronize(pods: list[api.PodSandbox], ctrs: list[api.Container]) -> list[api.ContainerUpdate]:
+    def observed_synchronize(pods: list[api.PodSandbox], ctrs: list[api.Container]
+                             ) -> UpdatesReply | Deferred[UpdatesReply]:
         during.append(get(port, "/readyz"))
         return real_synchronize(pods, ctrs)
 
@@ -168,7 +170,7 @@ async def test_series_exist_at_zero_and_count_per_numa_node(listening: tuple[Ser
     # process_* from the process itself (not a custom registry without them)
     assert m[("process_resident_memory_bytes", ())] > 0 and ("process_cpu_seconds_total", ()) in m
     # dual-socket fixture: CPUs 0-5 on node 0, 6-11 on node 1; CPU 0 reserved (in the shared pool)
-    topo = svc.tracker.engine.topology
+    topo = svc.plugin.node.engine.topology
     assert series(m, "nri_pinner_numa_online_cpus") == {(("numa_node", "0"),): 6, (("numa_node", "1"),): 6}
     assert series(m, "nri_pinner_numa_exclusive_cpus") == {(("numa_node", "0"),): 0, (("numa_node", "1"),): 0}
     assert series(m, "nri_pinner_numa_shared_cpus") == {(("numa_node", "0"),): 6, (("numa_node", "1"),): 6}

@@ -90,7 +90,7 @@ async def test_a_cpu_coming_online_grows_the_pool_through_the_syncer(workdir: Pa
             await asyncio.gather(watcher, return_exceptions=True)
         assert cgroup_cpus(cgroups, B) == full - exclusive  # written into the cgroup by the syncer
         assert cgroup_cpus(cgroups, G) == exclusive
-        assert r.svc.tracker.engine.topology.online == full
+        assert r.svc.plugin.node.engine.topology.online == full
         assert r.svc.reconciler.repairs == 0  # not the repair path: the pool change itself
         assert r.conn.updates == []  # and no NRI update
 

@@ -240,7 +240,7 @@ async def test_cpu_hotplug_keeps_the_engines_hint_providers(workdir: Path) -> No
         online = r.topology.online
         set_online(sysfs, online - CPUSet([max(online)]))
         await r.svc.reconciler.tick()
-        engine = r.svc.tracker.engine
+        engine = r.svc.plugin.node.engine
         assert engine.topology.online == online - CPUSet([max(online)])
         assert [p.name for p in engine.extra_providers] == ["nics"]
 

@@ -216,7 +216,7 @@ async def test_sidecar_stays_a_sidecar_across_a_restart(workdir: Path) -> None:
         assert checkpoint_entries(settings)[sidecar.id]["restartable"]
         stopped = await r.conn.stop_container(api.StopContainerRequest(pod=GOLD, container=sidecar))
         assert stopped is not None and stopped.update == []
-        assert not r.svc.tracker.state.reusable.get(GOLD.uid)  # a sidecar's CPUs are never reused
+        assert not r.svc.plugin.node.state.reusable.get(GOLD.uid)  # a sidecar's CPUs are never reused
         await r.conn.state_change(api.STOP_POD_SANDBOX, GOLD)
         grown = topo.online
         reply = await r.conn.create_container(create(BURST, container(BURST, "late", 100)))

@@ -1,22 +1,22 @@
-"""The service's view of containers: engine state plus what each runtime container was last told.
+"""The node's state as the core holds it: engine state, the per-container records, and what the
+runtime (or the container's cgroup) was last told about each container (`NodeState.told`, as the
+kubelet's lastUpdateState).
 
-One owner: every change happens under `lock`, on the stub's handler thread (NRI events) or on a
-worker thread of the reconcile timer — never on the asyncio loop that carries the wire, so the
-loop never waits for a handler. After each change the owner `publish()`es an immutable `View`;
-inspection reads the newest view without any lock.
+One writer: `NodeCore` (core/node.py), on the node thread; no lock. After each change the core
+`publish()`es an immutable `View`; inspection, metrics and the fallbacks on the wire loop read the
+newest view without any lock.
 """
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from ..engine.admission import Decision, Engine
-from ..engine.cpumanager.state import Assignment, EngineState
-from ..engine.cpuset import CPUSet
+from ...engine.admission import Decision, Engine
+from ...engine.cpumanager.state import Assignment, EngineState
+from ...engine.cpuset import CPUSet
 from .intent import ContainerIntent
 
 K = TypeVar("K", str, tuple[str, str])
@@ -33,9 +33,6 @@ class Tracked:
     stopped: bool = False
     exit_code: int = 0  # at its stop (NRI v0.10+ runtimes report it; older ones always say 0)
     started: bool = False  # StartContainer seen (or running at Synchronize): it has a cgroup to write
-    fallback: bool = False  # a cgroup write failed: the next reply carries the NRI update
-    applied_cpus: CPUSet | None = None  # what the runtime was last told; None = unknown, resend
-    applied_mems: str = ""
     hints: dict[str, Any] = field(default_factory=dict)  # merged hint + each provider's, from admission
     last_resize: dict[str, Any] | None = None  # the newest in-place resize's result (status), replaced whole
     # the generation of the change that gave this container its CPUs (create, a resize before start):
@@ -137,15 +134,31 @@ def desired_of(engine: Engine, state: EngineState, shared: CPUSet, key: tuple[st
     return cpus, mems_text(cpus)
 
 
+class PodListing(Protocol):
+    """The kubelet's PodResources List as last fetched (``service/podresources_client.py`` replaces its
+    snapshot whole; reading it never waits)."""
+
+    def listed(self, namespace: str, pod: str, container: str) -> bool | None: ...
+
+    def refresh(self) -> None: ...
+
+
+Told = tuple[CPUSet, str]  # (cpuset.cpus, cpuset.mems text) a container was last told
+
+
 @dataclass
-class Tracker:
+class NodeState:
     engine: Engine
     state: EngineState
     containers: Containers = field(default_factory=Containers)
     decisions: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=64))
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    generation: int = 0  # bumped after every change; a repair sent across a change is re-checked
+    generation: int = 0  # bumped after every change; a pass or repair sent across a change is re-checked
     published: View | None = None  # the newest view (None before the first publish)
+    # container id -> what its cgroup or the runtime last holds from us; absent = unknown: resend
+    told: dict[str, Told] = field(default_factory=dict)
+    # started containers whose cgroup write failed (or systemd refused): only a reply's NRI update reaches them
+    via_reply: set[str] = field(default_factory=set)
+    listing: PodListing | None = None  # PodResources List (the "podresources" provider), for init/app roles
     # cpuset.mems text per (engine, cpus): every shared container asks for the same pool's
     _mems: dict[tuple[Engine, CPUSet], str] = field(default_factory=dict, repr=False)
 
@@ -156,7 +169,7 @@ class Tracker:
     def shared_pool(self) -> CPUSet:
         return shared_pool_of(self.engine, self.state)
 
-    def desired(self, t: Tracked) -> tuple[CPUSet, str]:
+    def desired(self, t: Tracked) -> Told:
         return desired_of(self.engine, self.state, self.shared_pool, t.key, self.mems_text)
 
     def mems_text(self, cpus: CPUSet) -> str:
@@ -181,21 +194,22 @@ class Tracker:
             t.hints = {"merged": entry["hint"], **decision.explain()}
 
     def publish(self) -> View:
-        """Call with the lock held, after a change: bump the generation and publish a view."""
+        """After a change: bump the generation and publish a view."""
         self.generation += 1
         view = self.published = View(self.engine, self.state, dict(self.containers), tuple(self.decisions),
                                      self.generation)
         return view
 
     def view(self) -> View:
-        """The newest published view (lock-free; publishes one first if none exists yet)."""
-        view = self.published
-        if view is None:
-            with self.lock:
-                view = self.publish()
-        return view
+        """The newest published view (publishes one first if none exists yet)."""
+        return self.published if self.published is not None else self.publish()
 
-    def forget_applied(self) -> None:
+    def drop(self, container_id: str) -> Tracked | None:
+        """Forget a container: its record and what it was told."""
+        self.told.pop(container_id, None)
+        self.via_reply.discard(container_id)
+        return self.containers.pop(container_id)
+
+    def forget_told(self) -> None:
         """After a reply the runtime may not have applied: resend everything on the next one."""
-        for t in self.containers.values():
-            t.applied_cpus = None
+        self.told.clear()

@@ -9,20 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..engine.admission import AdmissionRequest, Engine
-from ..engine.cpumanager.state import Assignment, EngineState
-from ..engine.cpumanager.static_policy import guaranteed_cpus
-from ..engine.cpuset import EMPTY, CPUSet, CPUSetError
-from ..engine.qos import QoS
-from ..nri.gen import api_pb2 as api
+from ...engine.admission import AdmissionRequest, Engine
+from ...engine.cpumanager.state import Assignment, EngineState
+from ...engine.cpumanager.static_policy import guaranteed_cpus
+from ...engine.cpuset import EMPTY, CPUSet, CPUSetError
+from ...engine.qos import QoS
+from ...nri.gen import api_pb2 as api
 from .checkpoint import restore_memory
 from .intent import GUARANTEED, UNMANAGED, ContainerIntent, intent_from_nri, qos_from_cgroup_parent
-from .metrics import Metrics
-from .tracker import Tracked, Tracker
+from .records import NodeState, Told, Tracked
+
+if TYPE_CHECKING:
+    from ..metrics import Metrics
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -47,6 +49,7 @@ class Rebuilt:
     repairs: list[str]
     unreadable: list[Unreadable] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # Guaranteed ids left on the shared pool, oldest first
+    told: dict[str, Told] = field(default_factory=dict)  # the cpusets the containers hold now
 
 
 def _cpus(text: str) -> CPUSet:
@@ -103,7 +106,7 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             containers: Sequence[api.Container], cgroup: CgroupReader | None = None,
             start: EngineState | None = None) -> Rebuilt:
     """``start``: place the containers into this state instead of an empty one (adopting a container
-    an event names that Synchronize did not list, `service/resize_handler.py`)."""
+    an event names that Synchronize did not list, `core/resizing.py`)."""
     pods_by_id = {p.id: p for p in pods}
     active = [c for c in containers if c.pod_sandbox_id in pods_by_id
               and (c.state != api.CONTAINER_STOPPED or _kept_stopped(c, pods_by_id, prior))]
@@ -161,8 +164,9 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             placed, _ = engine.admit(state, AdmissionRequest(intent.pod_key, intent.container, QoS.BEST_EFFORT))
         state = placed
         tracked[c.id] = Tracked(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,
-                                started=c.state == api.CONTAINER_RUNNING, stopped=stopped,
-                                exit_code=c.exit_code, applied_cpus=actual or None, applied_mems=mems)
+                                started=c.state == api.CONTAINER_RUNNING, stopped=stopped, exit_code=c.exit_code)
+        if actual:
+            out.told[c.id] = (actual, mems)
     state = state.with_shared(shared).with_reusable_recomputed()  # reusable init CPUs are not checkpointed
     created = {c.id: (c.created_at or 0) for c in active}  # v0.10+ runtimes only; else the order above
     out.waiting.sort(key=lambda cid: created[cid])
@@ -255,10 +259,10 @@ def _insert(state: EngineState, intent: ContainerIntent, admitted: CPUSet, curre
     return state.hold(a)
 
 
-def repin_waiting(tracker: Tracker, waiting: list[str]) -> list[str]:
+def repin_waiting(tracker: NodeState, waiting: list[str]) -> list[str]:
     """Guaranteed containers the rebuild left on the shared pool get exclusive CPUs, oldest first, as
     soon as some are free (before a newer container can take them). The new cpusets reach the runtime
-    like a drift repair: in the next reply's updates or from the reconcile timer. Call with the lock held."""
+    like a drift repair: in the next reply's updates or from the reconcile timer."""
     messages: list[str] = []
     engine = tracker.engine
     for cid in list(waiting):

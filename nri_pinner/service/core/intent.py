@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.cpuset import MAX_CPUS
-from ..engine.qos import QoS
+from ...engine.cpuset import MAX_CPUS
+from ...engine.qos import QoS
 
 GUARANTEED, BURSTABLE, BESTEFFORT, UNMANAGED = QoS.GUARANTEED, QoS.BURSTABLE, QoS.BEST_EFFORT, QoS.UNMANAGED
 

@@ -31,15 +31,14 @@ from dataclasses import replace
 
 import structlog
 
-from ..engine.cpuset import EMPTY, CPUSet
+from ...engine.cpuset import EMPTY, CPUSet
 from .intent import ContainerIntent
-from .podresources_client import podresources_of
-from .tracker import Tracked, Tracker
+from .records import NodeState, Tracked
 
 log = structlog.get_logger("nri_pinner.service")
 
 
-def role_at_create(tr: Tracker, intent: ContainerIntent) -> ContainerIntent:
+def role_at_create(tr: NodeState, intent: ContainerIntent) -> ContainerIntent:
     """Before admitting a kubelet pod's container: settle its stopped siblings' roles (their CPUs
     may be reused now), then its own role from what is known (a restart keeps the old record's)."""
     if not intent.kubelet:
@@ -71,8 +70,8 @@ def role_at_create(tr: Tracker, intent: ContainerIntent) -> ContainerIntent:
             intent = replace(intent, init=not listed, role="podresources")
     return intent
 
-def listed_in_podresources(tr: Tracker, namespace: str, pod: str, container: str, refresh: bool) -> bool | None:
-    source = podresources_of(tr.engine)
+def listed_in_podresources(tr: NodeState, namespace: str, pod: str, container: str, refresh: bool) -> bool | None:
+    source = tr.listing
     if source is None:
         return None
     listed = source.listed(namespace, pod, container)
@@ -80,7 +79,7 @@ def listed_in_podresources(tr: Tracker, namespace: str, pod: str, container: str
         source.refresh()  # the fetcher thread lists again; the answer is read at the pod's next create
     return listed
 
-def decide_role(tr: Tracker, t: Tracked, final: bool) -> None:
+def decide_role(tr: NodeState, t: Tracked, final: bool) -> None:
     """Was the stopped container a regular init container? PodResources (cached) says when it
     lists the pod; else, when ``final`` (its pod's next create), inferred from its exit status."""
     i = t.intent
@@ -98,7 +97,7 @@ def decide_role(tr: Tracker, t: Tracked, final: bool) -> None:
              role="init" if init else "app", decided_by=role, exit_code=t.exit_code)
 
 
-def mark_sidecars(tr: Tracker, pod_key: str, creating_init: bool) -> None:
+def mark_sidecars(tr: NodeState, pod_key: str, creating_init: bool) -> None:
     """An init container still running when an app container is created is a sidecar: its CPUs
     must not be reused (kubelet: restartable init containers keep theirs)."""
     if creating_init:
@@ -117,7 +116,7 @@ def mark_sidecars(tr: Tracker, pod_key: str, creating_init: bool) -> None:
                 tr.state = tr.state.with_changes(put=replace(a, restartable=True), reusable=reusable)
 
 
-def release_pod(tr: Tracker, pod_key: str, sandbox_id: str, stopped_sandboxes: set[str]) -> CPUSet:
+def release_pod(tr: NodeState, pod_key: str, sandbox_id: str, stopped_sandboxes: set[str]) -> CPUSet:
     """Drop the pod's records but those a container of another live sandbox of the pod holds (a
     recreated sandbox's containers, admitted before the old sandbox's removal arrives)."""
     live = {t.key for t in tr.containers.in_pod(pod_key)

@@ -1,0 +1,77 @@
+"""What the core asks the edge to do, as data: write cgroups, checkpoint a body, arm a timer, answer a
+parked reply. The plugin adapter (`service/plugin.py`) carries them out; results come back as events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...engine.cpuset import CPUSet
+from .checkpoint import Snapshot
+from .records import Told
+
+
+@dataclass(frozen=True)
+class PassItem:
+    container_id: str
+    cgroups_path: str
+    cpus: CPUSet
+    mems: str
+    known: Told | None  # what the cgroup is known to hold (None: unknown)
+
+
+@dataclass(frozen=True)
+class WriteCgroups:
+    """One pass: write these cgroups in this order (narrowing first), tell systemd first; reply with
+    `CgroupsWritten(pass_id, ...)`. ``urgent``: a reply waits for it (run it at normal priority)."""
+
+    pass_id: int
+    items: tuple[PassItem, ...]
+    live: tuple[str, ...]  # cgroups paths of every started container (close the others' files)
+    urgent: bool
+
+
+@dataclass(frozen=True)
+class Expedite:
+    """A reply now waits for pass ``pass_id``, sent as a background one: run it at normal priority if
+    the background thread has not begun it."""
+
+    pass_id: int
+
+
+@dataclass(frozen=True)
+class WriteCheckpoint:
+    snapshot: Snapshot
+
+
+@dataclass(frozen=True)
+class ArmTimer:
+    """Deliver `TimerFired(name)` after ``seconds`` (arming a name again replaces it)."""
+
+    name: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Resolve:
+    """Answer the reply parked under ``token`` (a `Park` the core returned earlier)."""
+
+    token: int
+    reply: object
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The request is refused with this message (the adapter fails the NRI call)."""
+
+    message: str
+    kind: str = "admission"  # "admission" | "resize"
+
+
+@dataclass(frozen=True)
+class Park:
+    """The reply waits: it comes later as `Resolve(token, reply)`."""
+
+    token: int
+
+
+Effect = WriteCgroups | Expedite | WriteCheckpoint | ArmTimer | Resolve

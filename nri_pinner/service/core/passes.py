@@ -1,0 +1,201 @@
+"""Cgroup passes as the core sees them: when one is due, what it writes, what it wrote, and the replies
+that wait for one (parked, never a blocked thread).
+
+A change (`want`) asks for a pass after a settle: SETTLE_SECONDS, so the reply that caused it leaves
+first and the pass overlaps containerd finishing the event, or WIDEN_SETTLE_SECONDS when the shared
+pool only grew since the last pass (no shared container loses a CPU: never urgent). One pass is in
+flight at a time; a reply that must wait for one (an exclusive container's start, a grown resize,
+Synchronize) has it dispatched at once, as urgent, and is answered when it comes back, or at
+`wait_seconds` with a warning (README "Pool changes"). The writes happen at the edge
+(`service/cgroup_passes.py`); their results come back as `CgroupsWritten`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from ...engine.cpuset import CPUSet
+from .effects import ArmTimer, Expedite, Park, PassItem, WriteCgroups
+from .events import CgroupsWritten
+
+if TYPE_CHECKING:
+    from .node import NodeCore, Reply
+
+log = structlog.get_logger("nri_pinner.service")
+
+SETTLE_SECONDS = 0.002  # the reply goes out first; the pass then overlaps containerd finishing the create
+WIDEN_SETTLE_SECONDS = 0.1  # a pool that only grows is never urgent: let a stop or removal finish first
+WAIT_SHARE = 0.5  # a start (or a grow) waits for the pass at most this share of the runtime's request timeout
+SETTLE, SETTLE_WIDEN = "settle", "settle-widen"
+
+
+def pass_wait_seconds(request_timeout_ms: int) -> float:
+    """How long StartContainer (and a grown resize) waits for the pass: half the runtime's request
+    timeout (1 s at containerd's default 2 s), so a slow node — or an emulated one, whose runtime is
+    given a longer timeout — is not mistaken for a late pass, and the reply still makes it."""
+    return WAIT_SHARE * (request_timeout_ms / 1000 if request_timeout_ms > 0 else 2.0)
+
+
+def widens_only(cpus: CPUSet, known: tuple[CPUSet | None, str] | None) -> bool:
+    """The write only adds CPUs to what the cgroup is known to hold. A pass writes these last, so a
+    CPU moving between containers (a resize) leaves its old holder before its new one gets it."""
+    return known is not None and known[0] is not None and known[0].issubset(cpus)
+
+
+@dataclass
+class _Waiter:
+    token: int
+    generation: int
+    reply: Callable[[bool], Reply]
+    what: str
+
+
+@dataclass
+class _InFlight:
+    pass_id: int
+    generation: int
+    pool: CPUSet
+    urgent: bool
+
+
+class PassBook:
+    def __init__(self, core: NodeCore) -> None:
+        self.core = core
+        self.wait_seconds = pass_wait_seconds(0)  # set from the runtime's request timeout at Configure
+        self.wanted = 0  # the newest generation a pass was asked for
+        self.done = 0  # the generation the last finished pass started from
+        self.count = 0  # passes finished (with writes or not)
+        self.in_flight: _InFlight | None = None
+        self.armed: set[str] = set()  # settle timers armed
+        self.waiters: dict[int, _Waiter] = {}
+        self.pool_written: CPUSet | None = None  # the shared pool the last pass wrote
+        self._ids = 0
+
+    def want(self, generation: int) -> None:
+        self.wanted = max(self.wanted, generation)
+        if self.in_flight is not None:
+            return  # its result dispatches the next one
+        if self.waiters:
+            self.dispatch(urgent=True)
+            return
+        node = self.core.node
+        widen = self.pool_written is not None and self.pool_written.issubset(node.shared_pool)
+        name = SETTLE_WIDEN if widen else SETTLE
+        if name not in self.armed:
+            self.armed.add(name)
+            self.core.effects.append(ArmTimer(name, WIDEN_SETTLE_SECONDS if widen else SETTLE_SECONDS))
+
+    def new_token(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def park(self, generation: int, reply: Callable[[bool], Reply], what: str) -> Reply:
+        flight = self.in_flight
+        if self.done < generation and flight is None:
+            self.dispatch(urgent=True)  # at once: a reply waits (with nothing to write, it is over here)
+        elif self.done < generation and flight is not None and not flight.urgent:
+            flight.urgent = True  # a background pass a reply now waits for: at normal priority
+            self.core.effects.append(Expedite(flight.pass_id))
+        if self.done >= generation:
+            return reply(False)
+        token = self.new_token()
+        self.waiters[token] = _Waiter(token, generation, reply, what)
+        self.core.effects.append(ArmTimer(f"wait:{token}", self.wait_seconds))
+        return Park(token)
+
+    def timer(self, name: str) -> Reply:
+        if name.startswith("wait:"):
+            waiter = self.waiters.pop(int(name[5:]), None)
+            if waiter is not None:
+                if waiter.what in ("StartContainer", "UpdateContainer"):
+                    self.core.metrics.late_replies.labels(waiter.what).inc()
+                log.warning("shared cgroups not yet written when a reply waiting for them is due", reply=waiter.what,
+                            waited_s=self.wait_seconds)
+                self.core.resolve(waiter.token, waiter.reply(True))
+            return None
+        self.armed.discard(name)
+        if self.in_flight is None and self.wanted > self.done:
+            self.dispatch(urgent=False)
+        return None
+
+    def dispatch(self, urgent: bool) -> None:
+        """Start a pass from the current state: every started container whose cgroup lags."""
+        node = self.core.node
+        generation, pool = node.generation, node.shared_pool
+        state, per_container = node.state, node.engine.memory is not None
+        told = node.told
+        # Every shared container wants the same (pool, mems) unless the Memory Manager gives it
+        # nodes of its own: computed once per pass, not once per container.
+        shared: tuple[CPUSet, str] | None = None
+        work: list[PassItem] = []
+        live: list[str] = []
+        for t in node.containers.values():
+            if t.started and not t.stopped:
+                live.append(t.cgroups_path)
+                a = state.assignments.get(t.key)
+                if per_container or (a is not None and a.exclusive):
+                    cpus, mems = node.desired(t)
+                else:
+                    if shared is None:
+                        shared = node.desired(t)
+                    cpus, mems = shared
+                known = told.get(t.container_id)
+                if known != (cpus, mems):
+                    work.append(PassItem(t.container_id, t.cgroups_path, cpus, mems, known))
+        if not work:  # nothing to write: this pass is over before it began
+            self._finished(generation, pool)
+            return
+        # narrowing writes first, the shared pool's before the others (a resize: README "Resize")
+        work.sort(key=lambda w: (widens_only(w.cpus, w.known), w.cpus != pool))
+        pass_id = self.new_token()
+        urgent = urgent or bool(self.waiters)
+        self.in_flight = _InFlight(pass_id, generation, pool, urgent)
+        self.core.effects.append(WriteCgroups(pass_id, tuple(work), tuple(live), urgent))
+
+    def written(self, event: CgroupsWritten) -> Reply:
+        flight = self.in_flight
+        if flight is None or flight.pass_id != event.pass_id:
+            return None  # not ours (a pass of an earlier connection)
+        node = self.core.node
+        for r in event.results:
+            t = node.containers.get(r.container_id)
+            if t is None:
+                continue
+            if r.error:
+                log.info("cgroup write failed; the next reply carries the NRI update", container=t.key[1],
+                         error=r.error)
+            elif r.untold:  # written, but systemd would put the old set back: runc tells it
+                log.info("systemd scope not updated; the next reply carries the NRI update", container=t.key[1],
+                         error=r.untold)
+            if r.error or r.untold:
+                node.told.pop(r.container_id, None)
+                node.via_reply.add(r.container_id)
+            elif node.desired(t) == (r.cpus, r.mems):  # else a newer pass writes the newer set
+                node.told[r.container_id] = (r.cpus, r.mems)
+        self.in_flight = None
+        self._finished(flight.generation, flight.pool)
+        self.core.repair_results(event)
+        if self.wanted > self.done:
+            if self.waiters:
+                self.dispatch(urgent=True)
+            else:
+                self.want(self.wanted)
+        return None
+
+    def _finished(self, generation: int, pool: CPUSet) -> None:
+        self.done = max(self.done, generation)
+        self.pool_written = pool
+        self.count += 1
+        for token, waiter in list(self.waiters.items()):
+            if waiter.generation <= self.done:
+                del self.waiters[token]
+                self.core.resolve(token, waiter.reply(False))
+
+    def forget(self) -> None:
+        """A connection ended: its parked replies are gone with it (a pass in flight still reports: the
+        next pass must not write beside it)."""
+        self.waiters.clear()
