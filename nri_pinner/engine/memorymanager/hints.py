@@ -54,8 +54,7 @@ class MemoryHints(CPUTopologyHints):
             return True
         return mask != 0 and mask & ~self.pool == 0 and self._enough(mask)
 
-    @cached_property
-    def narrowest_count(self) -> int | None:
+    def _find_narrowest(self) -> int | None:
         best = min((m.bit_count() for m in self.extras), default=None)
         pool_nodes = nodes_of(self.pool)
         start = max((_greedy([self._free[r].get(n, 0) for n in pool_nodes], need)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ..cpuset import EMPTY, CPUSet
@@ -92,6 +93,14 @@ class Topology:
     @property
     def numa_nodes(self) -> list[int]:
         return sorted(self.numa_cpus)
+
+    @cached_property
+    def online_numa(self) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
+        """((node, its CPU mask), ...) for nodes with online CPUs, ascending, and their online CPU
+        counts largest first: what every CPU hint generation starts from, worked out once."""
+        online = self.online.mask
+        nodes = tuple((n, self.numa_cpus[n].mask) for n in sorted(self.numa_cpus) if self.numa_cpus[n].mask & online)
+        return nodes, tuple(sorted(((m & online).bit_count() for _, m in nodes), reverse=True))
 
     @property
     def all_numa_nodes(self) -> list[int]:

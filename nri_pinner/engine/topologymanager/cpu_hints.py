@@ -40,13 +40,18 @@ class CPUTopologyHints(Sequence[TopologyHint]):
         self.min_sockets = min_sockets  # None unless align-by-socket can apply
         self._w = node_weights
         self._sockets = node_sockets
+        self._narrowest: int | None = -1  # -1: not worked out yet
+        self._sums: dict[int, int] = {}  # weight per mask: a merge asks the same masks size after size
 
     # -- membership ----------------------------------------------------------
     def weight(self, mask: int) -> int:
         w = self._w
         if mask & (mask - 1) == 0:  # one node (single-numa-node asks node by node)
             return w[mask.bit_length() - 1] if mask else 0
-        return sum(w[n] for n in nodes_of(mask))
+        found = self._sums.get(mask)
+        if found is None:
+            found = self._sums[mask] = sum(w[n] for n in nodes_of(mask))
+        return found
 
     def is_hint(self, mask: int) -> bool:
         return (mask != 0 and mask & ~self.universe == 0 and mask & self.required == self.required
@@ -68,20 +73,39 @@ class CPUTopologyHints(Sequence[TopologyHint]):
     def single_node_hints(self) -> tuple[TopologyHint, ...]:
         """The preferred one-node hints (single-numa-node keeps only those), kept: a rejection's
         explanation merges the same answers again once per provider."""
-        return tuple(TopologyHint(1 << n, True) for n in self.nodes
-                     if self.is_hint(1 << n) and self.is_preferred(1 << n))
+        if type(self) is not CPUTopologyHints:  # memory and device lists judge masks their own way
+            return tuple(TopologyHint(1 << n, True) for n in self.nodes
+                         if self.is_hint(1 << n) and self.is_preferred(1 << n))
+        # is_hint and is_preferred for one node, inlined (asked on every single-numa-node merge)
+        required, threshold, w = self.required, self.threshold, self._w
+        if required & (required - 1):
+            return ()  # reusable CPUs on two nodes: no one-node hint
+        out = []
+        for n in self.nodes:
+            if required & ~(1 << n) or w[n] < threshold:
+                continue
+            if self.min_affinity == 1 or (self.min_sockets is not None
+                                          and self._sockets[n].bit_count() == self.min_sockets):
+                out.append(TopologyHint(1 << n, True))
+        return tuple(out)
 
-    @cached_property
+    @property
     def narrowest_count(self) -> int | None:
-        """Fewest NUMA nodes of any hint (``None``: no hint at all).
+        """Fewest NUMA nodes of any hint (``None``: no hint at all), worked out once (every merge
+        asks; a plain attribute, as functools.cached_property takes a lock on Python 3.11)."""
+        found = self._narrowest
+        if found == -1:
+            found = self._narrowest = self._find_narrowest()
+        return found
 
-        Greedy is exact: for a given size the heaviest nodes give the most CPUs.
-        """
+    def _find_narrowest(self) -> int | None:
+        """Greedy is exact: for a given size the heaviest nodes give the most CPUs."""
         if self.required & ~self.universe:  # a reusable CPU on a node without online CPUs
             return None
         size = self.required.bit_count()
         total = self.weight(self.required)
-        rest = sorted((self._w[n] for n in nodes_of(self.universe & ~self.required)), reverse=True)
+        rest = sorted((self._w[n] for n in nodes_of(self.universe & ~self.required)) if self.required
+                      else self._w.values(), reverse=True)
         for w in rest:
             if total >= self.threshold and size > 0:
                 break
@@ -108,13 +132,11 @@ class CPUTopologyHints(Sequence[TopologyHint]):
         inside = within & self.universe
         forced = self.required & inside
         free_slots = size - forced.bit_count()
-        if free_slots < 0 or size <= 0:
+        if free_slots < 0 or size <= 0 or free_slots > (inside & ~forced).bit_count():
             return
         outside = self.universe & ~within
         need = self.threshold - self.weight(outside) - self.weight(forced)
         candidates = nodes_of(inside & ~forced)
-        if free_slots > len(candidates):
-            return
         weights = [self._w[n] for n in candidates]
         for subset in _subsets_ascending(candidates, weights, free_slots, need):
             yield forced | subset
@@ -304,33 +326,34 @@ def cpu_topology_hints(topology: Topology, available: CPUSet, reusable: CPUSet, 
     """
     if request < 1:
         raise ValueError(f"CPU request must be >= 1 to generate hints, got {request}")
-    unknown = (available | reusable) - topology.all_cpus
-    if unknown:
+    if (available.mask | reusable.mask) & ~topology.all_cpus.mask:
+        unknown = (available | reusable) - topology.all_cpus
         raise ValueError(f"CPUs {unknown} are not in the topology (known: {topology.all_cpus})")
-    online = topology.online.mask
-    node_masks = {n: cpus.mask & online for n, cpus in topology.numa_cpus.items()}
-    nodes = [n for n in sorted(node_masks) if node_masks[n]]
-    if not nodes:
+    numa, totals = topology.online_numa
+    if not numa:
         raise ValueError("topology has no online CPUs")
+    nodes = [n for n, _ in numa]
 
     free = available.mask
     if full_pcpus_only:
+        online = topology.online.mask
         usable = free | reusable.mask
         whole = 0
         for core in topology.core_cpus.values():
             if core.mask & online & ~usable == 0:  # every online thread of the core is free
                 whole |= core.mask
         free &= whole
-    weights = {n: (free & topology.numa_cpus[n].mask).bit_count() for n in nodes}
+    weights = {n: (free & m).bit_count() for n, m in numa}
 
     required = 0
-    for cpu in reusable:
-        required |= 1 << topology.by_cpu[cpu].numa
+    if reusable.mask:
+        for cpu in reusable:
+            required |= 1 << topology.by_cpu[cpu].numa
 
     # minAffinitySize: fewest nodes whose total CPUs could hold the request; all nodes if none can.
     min_affinity = len(nodes)
     running = 0
-    for size, total in enumerate(sorted((node_masks[n].bit_count() for n in nodes), reverse=True), start=1):
+    for size, total in enumerate(totals, start=1):
         running += total
         if running >= request:
             min_affinity = size
@@ -339,6 +362,8 @@ def cpu_topology_hints(topology: Topology, available: CPUSet, reusable: CPUSet, 
     node_sockets: dict[int, int] = {}
     min_sockets: int | None = None
     if align_by_socket:
+        online = topology.online.mask
+        node_masks = {n: m & online for n, m in numa}
         socket_masks = [cpus.mask & online for cpus in topology.socket_cpus.values()]
         socket_masks = [m for m in socket_masks if m]
         per_socket = len(nodes) // len(socket_masks)

@@ -170,6 +170,11 @@ def _filter_providers_hints(providers_hints: Iterable[ResourceHints | None]) -> 
         for resource, hints in answer.items():
             if hints is None:
                 sources.append((ANY_PREFERRED,))
+            elif type(hints) is tuple and hints:  # the common explicit case first: the ABC checks cost
+                for h in hints:
+                    if not isinstance(h, TopologyHint):
+                        raise TypeError(f"hints for {resource!r} must be TopologyHint, got {h!r}")
+                sources.append(hints)
             elif isinstance(hints, CPUTopologyHints):
                 sources.append(hints if hints else (ANY_NOT_PREFERRED,))
             elif isinstance(hints, UpSetHints):  # held implicitly (upset.py); never empty
@@ -185,6 +190,8 @@ def _filter_providers_hints(providers_hints: Iterable[ResourceHints | None]) -> 
 
 
 def _single_numa_hints(source: Source) -> Source:
+    if type(source) is tuple:
+        return tuple(h for h in source if h.preferred and (h.affinity is None or h.affinity & (h.affinity - 1) == 0))
     if isinstance(source, CPUTopologyHints):
         return source.single_node_hints
     if isinstance(source, UpSetHints):
@@ -197,7 +204,9 @@ def best_non_preferred_count(sources: Iterable[Source]) -> int:
     """The kubelet's ``maxOfMinAffinityCounts``: the largest of each provider's narrowest hint size."""
     best = 0
     for source in sources:
-        if isinstance(source, CPUTopologyHints):
+        if type(source) is tuple:
+            narrowest = min((h.affinity.bit_count() for h in source if h.affinity is not None), default=None)
+        elif isinstance(source, CPUTopologyHints):
             narrowest = source.narrowest_count
         elif isinstance(source, UpSetHints):
             narrowest = source.required.bit_count()
@@ -256,7 +265,9 @@ def _best_hint(sources: list[Source], default: int, order: _Order) -> TopologyHi
     others: list[CPUTopologyHints] = []  # further implicit sources (device, memory hints)
     explicit: list[tuple[TopologyHint, ...] | UpSetHints] = []
     for source in sources:
-        if isinstance(source, CPUTopologyHints):
+        if type(source) is tuple:
+            explicit.append(source)
+        elif isinstance(source, CPUTopologyHints):
             if source.universe & ~default:
                 explicit.append(tuple(source))
             elif family is None:
@@ -280,10 +291,10 @@ def _best_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], famil
     # Providers with a preferred "any" hint can agree with every mask; the others must all offer M.
     strict: list[set[int]] = []
     for source in explicit:
-        if isinstance(source, UpSetHints):
+        if not isinstance(source, tuple):  # UpSetHints (tuple: no ABC check)
             strict.append({source.required})
             continue
-        if ANY_PREFERRED in source:
+        if any(h.affinity is None and h.preferred for h in source):  # ANY_PREFERRED in source, without __eq__
             continue
         strict.append({h.affinity for h in source if h.preferred and h.affinity is not None})
     if family is None and not strict:
@@ -318,7 +329,7 @@ def _best_non_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], f
                         others: Sequence[CPUTopologyHints] = ()) -> int | None:
     # Several implicit sources, or a family that is not a plain up-set (memory hints: an up-set inside
     # the unused pool plus used-node masks) meeting up-set intervals: test candidates in rank order.
-    has_upset = any(isinstance(source, UpSetHints) for source in explicit)
+    has_upset = any(not isinstance(source, tuple) for source in explicit)  # UpSetHints (no ABC check)
     if others or (has_upset and family is not None and type(family) is not CPUTopologyHints):
         intervals = {(default, default)}
         for source in explicit:
