@@ -12,14 +12,25 @@ machines' SLIT distances and once with every remote distance equal (nothing to p
 "cpu p99" is this thread's CPU time: on a busy shared machine the wall-clock p99 mostly
 measures the neighbours.
 
-Targets: p99 < 1 ms (256 CPUs / 8 NUMA) and < 10 ms (1024 CPUs / 16 NUMA).
-Run: .venv/bin/python benchmarks/bench_merge.py [--repeat N]
+Third table, against the kubelet (issue 36): the first table's inputs on 8 NUMA nodes under
+single-numa-node and best-effort, median of this thread's CPU time beside the kubelet's published
+median for merge-only single-numa-node on 8 NUMA nodes (its Go code timed on the same machine and
+inputs: 21-48 us). Its best-effort figure was published only as a ratio to ours (0.8-1.9x), but on
+the same inputs it does at least its single-numa-node work (the same hint generation, then the whole
+cross product where single-numa-node keeps one-node hints only), so 21 us is its floor there too.
+Target: every row's median at most 21 us, the fastest kubelet figure.
+
+Targets: p99 < 1 ms (256 CPUs / 8 NUMA) and < 10 ms (1024 CPUs / 16 NUMA); the kubelet rows above.
+Run: .venv/bin/python benchmarks/bench_merge.py [--repeat N] [--repeat-kubelet N]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import os
 import random
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -105,7 +116,46 @@ def run_closest(repeat: int) -> bool:
     return ok
 
 
-def run(repeat: int) -> bool:
+KUBELET_US = {Policy.SINGLE_NUMA_NODE: "21-48", Policy.BEST_EFFORT: ">=21"}  # published p50, issue 36
+KUBELET_BEST_US = 21.0
+
+
+def run_vs_kubelet(repeat: int) -> bool:
+    """Merge-only on 8 NUMA nodes (CPU hints generated + GPU + NIC, merged), beside the kubelet."""
+    ok, met = True, 0
+    topology = machine(2, 4, 16, 2)
+    sets = free_sets(topology, random.Random(42))
+    one, five, _ = os.getloadavg()
+    print(f"\nmerge-only on 8 NUMA nodes vs the kubelet (published p50, same inputs), {repeat} samples per row; "
+          f"load average {one:.2f} (1 min) {five:.2f} (5 min)\n"
+          f"{'policy':17} {'free set':18} {'req':>4} {'p50 us':>7} {'cpu p50':>8} {'kubelet':>8}  result")
+    rows = 0
+    for policy in (Policy.SINGLE_NUMA_NODE, Policy.BEST_EFFORT):
+        manager = TopologyManager.from_topology(topology, policy)
+        for free_label, free in sets.items():
+            providers: list[HintProvider] = [CPUHintProvider(topology, _constant(free)), _Named("gpu"), _Named("nic")]
+            for request in (1, 4, 16, 64):
+                req = HintRequest("pod", "c", exclusive_cpus=request, static_hints=device_hints(8))
+                wall, cpu = [], []
+                gc.collect()
+                for _ in range(repeat):
+                    start, start_cpu = time.perf_counter_ns(), time.thread_time_ns()
+                    result = merge_container(manager, providers, req)
+                    cpu.append((time.thread_time_ns() - start_cpu) / 1e3)
+                    wall.append((time.perf_counter_ns() - start) / 1e3)
+                cpu50 = statistics.median(cpu)
+                good = cpu50 <= KUBELET_BEST_US
+                ok &= good
+                met += good
+                rows += 1
+                print(f"{policy.value:17} {free_label:18} {request:>4} {statistics.median(wall):>7.1f} {cpu50:>8.1f} "
+                      f"{KUBELET_US[policy]:>8}  {'met' if good else 'MISSED'} ({result.hint}"
+                      f"{'' if result.admit else ', rejected'})")
+    print(f"kubelet comparison: {met}/{rows} rows at or under {KUBELET_BEST_US:g} us (cpu p50)")
+    return ok
+
+
+def run(repeat: int, repeat_kubelet: int) -> bool:
     ok = True
     rng = random.Random(42)
     machines = [("256cpu/8numa", machine(2, 4, 16, 2), 1.0), ("1024cpu/16numa", machine(2, 8, 32, 2), 10.0)]
@@ -127,12 +177,18 @@ def run(repeat: int) -> bool:
                 ok &= p99 < target_ms
                 print(f"{label:16} {free_label:18} {request:>4} {median:>10.3f} {p99:>8.3f}  {result.hint}")
     ok &= run_closest(repeat)
-    print("targets met" if ok else "TARGET MISSED (p99 < 1 ms on 256 CPUs, < 10 ms on 1024 CPUs)")
+    ok &= run_vs_kubelet(repeat_kubelet)
+    print("targets met" if ok else "TARGET MISSED (p99 < 1 ms on 256 CPUs, < 10 ms on 1024 CPUs; "
+          "merge-only p50 <= 21 us on 8 NUMA nodes)")
     return ok
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=300)
+    parser.add_argument("--repeat-kubelet", type=int, default=2000, help="samples per kubelet-comparison row")
+    parser.add_argument("--kubelet-only", action="store_true", help="only the comparison with the kubelet")
     args = parser.parse_args()
-    sys.exit(0 if run(args.repeat) else 1)
+    if args.kubelet_only:
+        sys.exit(0 if run_vs_kubelet(args.repeat_kubelet) else 1)
+    sys.exit(0 if run(args.repeat, args.repeat_kubelet) else 1)
