@@ -113,8 +113,8 @@ class Service:
             await stop_task(reconcile)
             if self.listener is not None:
                 self.listener.stop()
+            await asyncio.to_thread(self.node_thread.stop)  # its queued work first: the last state is decided
             await asyncio.to_thread(self.plugin.close)  # the last state reaches the disk
-            self.node_thread.stop()
             if self.podresources is not None:
                 await asyncio.to_thread(self.podresources.close)
             await server.stop(0.5)

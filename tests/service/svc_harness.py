@@ -94,8 +94,9 @@ _SERVICES: weakref.WeakValueDictionary[str, Service] = weakref.WeakValueDictiona
 
 
 def close_services() -> None:
-    """Stop the checkpoint writer of every service the harness made (test teardown)."""
+    """Stop the node thread and the writers of every service the harness made (test teardown)."""
     for svc in list(_SERVICES.values()):
+        svc.node_thread.stop()
         svc.plugin.close()
     _SERVICES.clear()
 

@@ -15,7 +15,7 @@ and Synchronize (`connection.py`), drift and hotplug (`repairs.py`), cgroup pass
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -46,6 +46,7 @@ from .events import (
     TopologyChanged,
     UpdateContainer,
     UpdatePodSandbox,
+    WriteResult,
 )
 from .passes import PassBook
 from .records import NodeState
@@ -149,8 +150,8 @@ class NodeCore:
         else parked (`reply(late)` is called when it has, or with late=True at the wait's limit)."""
         return self.passes.park(generation, reply, what)
 
-    def repair_results(self, event: CgroupsWritten) -> None:
-        repairs.after_pass(self, event)
+    def repair_results(self, results: Sequence[WriteResult]) -> None:
+        repairs.after_pass(self, results)
 
     def resolve(self, token: int, reply: Reply) -> None:
         self.effects.append(Resolve(token, reply))

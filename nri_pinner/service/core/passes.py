@@ -94,6 +94,7 @@ class PassBook:
         return self._ids
 
     def park(self, generation: int, reply: Callable[[bool], Reply], what: str) -> Reply:
+        self.wanted = max(self.wanted, generation)  # a change that asked for no pass (a refusal's publish)
         flight = self.in_flight
         if self.done < generation and flight is None:
             self.dispatch(urgent=True)  # at once: a reply waits (with nothing to write, it is over here)
@@ -174,11 +175,11 @@ class PassBook:
             if r.error or r.untold:
                 node.told.pop(r.container_id, None)
                 node.via_reply.add(r.container_id)
-            elif node.desired(t) == (r.cpus, r.mems):  # else a newer pass writes the newer set
+            else:  # what the cgroup holds now; a newer desired set is the next pass's
                 node.told[r.container_id] = (r.cpus, r.mems)
         self.in_flight = None
-        self._finished(flight.generation, flight.pool)
-        self.core.repair_results(event)
+        failed = any(r.error or r.untold for r in event.results)
+        self._finished(flight.generation, None if failed else flight.pool, event)
         if self.wanted > self.done:
             if self.waiters:
                 self.dispatch(urgent=True)
@@ -186,10 +187,12 @@ class PassBook:
                 self.want(self.wanted)
         return None
 
-    def _finished(self, generation: int, pool: CPUSet) -> None:
+    def _finished(self, generation: int, pool: CPUSet | None, event: CgroupsWritten | None = None) -> None:
+        """A pass is over (``pool``: the shared pool it wrote, None when some writes failed)."""
         self.done = max(self.done, generation)
         self.pool_written = pool
         self.count += 1
+        self.core.repair_results(event.results if event is not None else ())
         for token, waiter in list(self.waiters.items()):
             if waiter.generation <= self.done:
                 del self.waiters[token]

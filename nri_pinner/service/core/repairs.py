@@ -6,6 +6,7 @@ beside one), anything else goes through the runtime — which the edge sends and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,7 @@ from ...engine.admission import AdmissionRequest
 from ...engine.cpuset import CPUSet
 from ...engine.qos import QoS
 from .effects import Park
-from .events import CgroupsWritten, CpusetsRead, RuntimeRepaired, TopologyChanged
+from .events import CpusetsRead, RuntimeRepaired, TopologyChanged, WriteResult
 
 if TYPE_CHECKING:
     from .node import NodeCore, Reply
@@ -79,11 +80,12 @@ def drifts(core: NodeCore, event: CpusetsRead) -> Reply:
     return Park(batch.token)
 
 
-def after_pass(core: NodeCore, event: CgroupsWritten) -> None:
-    """A pass came back: the drifts it wrote are repaired (or go through the runtime)."""
+def after_pass(core: NodeCore, results: Sequence[WriteResult]) -> None:
+    """A pass is over (with writes or not): the drifts it wrote are repaired (or go through the
+    runtime); those whose container stopped or went meanwhile are gone."""
     if not core.drift_batches:
         return
-    outcome = {r.container_id: ("runtime" if r.error or r.untold else "cgroup") for r in event.results}
+    outcome = {r.container_id: ("runtime" if r.error or r.untold else "cgroup") for r in results}
     for batch in list(core.drift_batches):
         for cid, d in list(batch.pending.items()):
             path = outcome.get(cid)
