@@ -137,6 +137,12 @@ class CPUTopologyHints(Sequence[TopologyHint]):
         outside = self.universe & ~within
         need = self.threshold - self.weight(outside) - self.weight(forced)
         candidates = nodes_of(inside & ~forced)
+        if free_slots == 1:  # one node to add (the usual non-preferred answer): ascending, no bound table
+            w = self._w
+            for n in candidates:
+                if w[n] >= need:
+                    yield forced | 1 << n
+            return
         weights = [self._w[n] for n in candidates]
         for subset in _subsets_ascending(candidates, weights, free_slots, need):
             yield forced | subset

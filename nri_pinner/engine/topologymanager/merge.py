@@ -149,7 +149,7 @@ def merge(manager: TopologyManager, providers_hints: Sequence[ResourceHints | No
         sources = [_single_numa_hints(s) for s in sources]
     order = _Order(manager.distance, manager.numa_nodes,
                    closest=manager.prefer_closest_numa_nodes and not single, memo=manager.memo)
-    hint = _best_hint(sources, default, order)
+    hint = _best_hint(sources, default, order, single=single)
     if single and hint.affinity == default:
         hint = TopologyHint(None, hint.preferred)
     if policy is Policy.BEST_EFFORT or hint.preferred:
@@ -260,7 +260,7 @@ class _Order:
 # -- the merge ------------------------------------------------------------------------
 
 
-def _best_hint(sources: list[Source], default: int, order: _Order) -> TopologyHint:
+def _best_hint(sources: list[Source], default: int, order: _Order, *, single: bool = False) -> TopologyHint:
     family: CPUTopologyHints | None = None
     others: list[CPUTopologyHints] = []  # further implicit sources (device, memory hints)
     explicit: list[tuple[TopologyHint, ...] | UpSetHints] = []
@@ -279,6 +279,10 @@ def _best_hint(sources: list[Source], default: int, order: _Order) -> TopologyHi
     best = _best_preferred(explicit, family, default, order, others)
     if best is not None:
         return TopologyHint(best, True)
+    if single:
+        # single-numa-node leaves preferred one-node or "any" hints only: a non-zero AND of them is a
+        # node every source offers (or lets through with "any"), which the preferred phase finds
+        return TopologyHint(default, False)
     best = _best_non_preferred(explicit, family, default, order, best_non_preferred_count(sources), others)
     return TopologyHint(default if best is None else best, False)
 
@@ -360,9 +364,12 @@ def _best_non_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], f
             return None
     if family is None:
         return min(reachable, key=lambda m: order.non_preferred_key(m, best_count))
+    universe = family.universe
     for size in order.non_preferred_sizes(best_count, len(family.nodes)):
         found: list[int] = []
         for within in reachable:
+            if (within & universe).bit_count() < size:
+                continue  # no mask of this size inside: both searches would find none
             if order.closest:
                 best = family.closest_within(within, size, order.table)
             else:
