@@ -13,9 +13,10 @@ on both machines: the merge and the shared-pool decision with nothing to allocat
 "distribute" rows: ``distribute-cpus-across-numa`` with 64-400 CPU requests on 16 NUMA nodes
 (target judged on thread CPU time).
 
-Targets: p99 < 1 ms (256 CPUs / 8 NUMA), < 10 ms (1024 CPUs / 16 NUMA), judged on "cpu p99",
-this thread's CPU time: on a busy shared machine the wall-clock p99 mostly measures the
-neighbours (a wall p99 over target is flagged). Exit status 1 if missed.
+Target: p99 < 1 ms on both machines (issue 36: 1024 CPUs / 16 NUMA too, distribute rows included),
+judged on "cpu p99", this thread's CPU time: on a busy shared machine the wall-clock p99 mostly
+measures the neighbours (a wall p99 over target is flagged). The load average is printed before
+and after: the target is meant for a 1-minute load below 1. Exit status 1 if missed.
 
     .venv/bin/python benchmarks/bench_admission.py [--repeat N] [--seed S]
 """
@@ -23,6 +24,7 @@ neighbours (a wall p99 over target is flagged). Exit status 1 if missed.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import random
 import statistics
@@ -84,9 +86,9 @@ def measure(engine: Engine, state: EngineState, requests: list[AdmissionRequest]
 def run(repeat: int, seed: int, distributed_repeat: int) -> bool:
     rng = random.Random(seed)
     cases = [("256cpu/8numa", machine(2, 4, 16, 2), False, 1.0),
-             ("1024cpu/16numa", machine(2, 8, 32, 2), True, 10.0)]
+             ("1024cpu/16numa", machine(2, 8, 32, 2), True, 1.0)]
     print(f"Engine.admit, TM best-effort, {repeat} samples per row; Python {platform.python_version()} "
-          f"on {platform.machine()}")
+          f"on {platform.machine()}; {load()}")
     print(f"{'machine':15} {'providers':11} {'node':10} {'cpus':>4} {'median ms':>10} {'p99 ms':>8} "
           f"{'cpu p99':>8} {'target':>7}  last outcome")
     ok = True
@@ -116,8 +118,14 @@ def run(repeat: int, seed: int, distributed_repeat: int) -> bool:
                   f"{cpu99:>8.3f} {'<' + format(target_ms, 'g'):>7}  merge-only {outcome}{'' if met else '  MISSED'}"
                   f"{_wall(p99, target_ms)}")
     ok &= run_distributed(rng, distributed_repeat)
-    print("all targets met" if ok else "TARGET MISSED (p99 < 1 ms on 256 CPUs, < 10 ms on 1024 CPUs)")
+    print(load())
+    print("all targets met" if ok else "TARGET MISSED (p99 < 1 ms)")
     return ok
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min) {five:.2f} (5 min)"
 
 
 def _wall(p99: float, target_ms: float) -> str:
@@ -134,10 +142,10 @@ def run_distributed(rng: random.Random, repeat: int) -> bool:
         for n in DISTRIBUTED_SIZES:
             requests = [AdmissionRequest("bench", "c", "guaranteed", n * 1000, n * 1000) for _ in range(repeat)]
             median, p99, cpu99, outcome = measure(engine, state, requests)
-            met = cpu99 < 10.0
+            met = cpu99 < 1.0
             ok &= met
             print(f"{'1024cpu/16numa':15} {'distribute':11} {state_label:10} {n:>4} {median:>10.3f} {p99:>8.3f} "
-                  f"{cpu99:>8.3f} {'<10':>7}  {outcome}{'' if met else '  MISSED'}{_wall(p99, 10.0)}")
+                  f"{cpu99:>8.3f} {'<1':>7}  {outcome}{'' if met else '  MISSED'}{_wall(p99, 1.0)}")
     return ok
 
 
@@ -145,7 +153,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeat", type=int, default=500, help="samples per row (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--repeat-distributed", type=int, default=50,
+    parser.add_argument("--repeat-distributed", type=int, default=300,
                         help="samples per distribute-cpus-across-numa row (default: %(default)s)")
     args = parser.parse_args()
     sys.exit(0 if run(args.repeat, args.seed, args.repeat_distributed) else 1)

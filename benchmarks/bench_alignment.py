@@ -9,9 +9,10 @@ node, Topology Manager best-effort and single-numa-node, container scope. Node s
 and half-used (filled through the engine with ~32 random containers holding a GPU and 1-8 GiB
 each, so memory is in use).
 
-Targets: p99 < 1 ms (8 NUMA), < 10 ms (16 NUMA), judged on thread CPU time (wall time on a shared
-machine includes other processes' turns; both are printed, and a wall p99 over target is flagged).
-Exit status 1 if a CPU-time target is missed.
+Target: p99 < 1 ms on 8 and 16 NUMA nodes (issue 36), judged on thread CPU time (wall time on a
+shared machine includes other processes' turns; both are printed, and a wall p99 over target is
+flagged). The load average is printed before and after: the target is meant for a 1-minute load
+below 1. Exit status 1 if a CPU-time target is missed.
 
     .venv/bin/python benchmarks/bench_alignment.py [--repeat N] [--seed S]
 """
@@ -19,6 +20,7 @@ Exit status 1 if a CPU-time target is missed.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import random
 import statistics
@@ -76,12 +78,12 @@ def measure(engine: Engine, state: EngineState,
 def run(repeat: int, seed: int, slow: int) -> bool:
     rng = random.Random(seed)
     print(f"Engine.admit with cpu+devices+memory providers, {repeat} samples per row; "
-          f"Python {platform.python_version()} on {platform.machine()}")
+          f"Python {platform.python_version()} on {platform.machine()}; {load()}")
     print(f"{'machine':15} {'policy':17} {'node':10} {'cpus':>4} {'median ms':>10} {'p99 ms':>8} "
           f"{'cpu med':>8} {'cpu p99':>8} {'target':>7}  last")
     ok = True
     for label, topology, target_ms in (("256cpu/8numa", machine(2, 4, 16, 2), 1.0),
-                                       ("1024cpu/16numa", machine(2, 8, 32, 2), 10.0)):
+                                       ("1024cpu/16numa", machine(2, 8, 32, 2), 1.0)):
         nodes = len(topology.numa_nodes)
         for policy in ("best-effort", "single-numa-node"):
             engine = make_engine(topology, policy)
@@ -96,8 +98,14 @@ def run(repeat: int, seed: int, slow: int) -> bool:
                     print(f"{label:15} {policy:17} {state_label:10} {n:>4} {median:>10.3f} {p99:>8.3f} "
                           f"{cpu_median:>8.3f} {cpu_p99:>8.3f} {'<' + format(target_ms, 'g'):>7}  {outcome}"
                           f"{'' if met else '  MISSED'}{'' if p99 < target_ms else '  (wall over target)'}")
-    print("all targets met" if ok else "TARGET MISSED (p99 < 1 ms on 8 NUMA, < 10 ms on 16 NUMA)")
+    print(load())
+    print("all targets met" if ok else "TARGET MISSED (p99 < 1 ms)")
     return ok
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min) {five:.2f} (5 min)"
 
 
 if __name__ == "__main__":

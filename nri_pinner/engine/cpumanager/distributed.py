@@ -23,6 +23,7 @@ it; the search walks plain tuples and the Go aliasing is replayed once, for the 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Iterator
 
@@ -194,7 +195,7 @@ _UNSET = -1.0  # no cached floor yet (floors are >= 0)
 def _best_for_combo(
     combo: tuple[int, ...], free_per_numa: dict[int, int], numas: list[int], n: int, group: int,
     bound: float = math.inf, floors: dict[tuple[int, ...], float | None] | None = None,
-) -> tuple[float, _GoSlice | None, tuple[int, ...]] | None:
+) -> tuple[float, tuple[int, ...] | None, tuple[int, ...]] | None:
     """(balance score, remainder subset as the kubelet holds it, remainder subset as scored)
     of one NUMA combination, or None if it cannot hold N or cannot score below ``bound``."""
     if floors is None:
@@ -215,12 +216,11 @@ def _best_for_combo(
         return _stddev([after[x] for x in numas]), None, ()
     candidates = [x for x in combo if after[x] >= group]
     best = math.inf
-    best_view: _GoSlice | None = None
+    best_at = (0, 0)  # (k, position) of the best subset
     best_subset: tuple[int, ...] = ()
     scores: dict[tuple[int, ...], float] = {}  # many subsets end in the same counts (the first few get groups)
     for k in range(len(candidates), 0, -1):
-        for view in _go_combinations(candidates, k):
-            subset = view.values()
+        for position, subset in enumerate(itertools.combinations(candidates, k)):  # the kubelet's order
             if sum(after[x] for x in subset) < remainder:
                 continue
             trial = dict(after)
@@ -231,8 +231,12 @@ def _best_for_combo(
             if balance < 0:
                 balance = scores[ends] = _stddev([trial[x] for x in numas])
             if balance < best:
-                best, best_view, best_subset = balance, view, subset
-    return best, best_view, best_subset
+                best, best_at, best_subset = balance, (k, position), subset
+    if not best_subset:
+        return best, None, best_subset
+    # what the kubelet's slice holds once every k-subset was generated (Go aliasing, replayed once)
+    k, position = best_at
+    return best, _aliased_combination(candidates, k, position, math.comb(len(candidates), k)), best_subset
 
 
 def _carry_out(idx: TopologyIndex, acc: Accumulator, plan: Plan, n: int, group: int, spread: bool) -> bool:
@@ -297,7 +301,7 @@ def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: 
         classes = class_floors(numas, free_per_numa, k, floor_of)
         least = None if classes is None else min((f for _, f in classes), default=math.inf)
         best_balance = math.inf
-        best: tuple[int, _GoSlice | None, Plan] | None = None
+        best: tuple[int, tuple[int, ...] | None, Plan] | None = None
         total = math.comb(len(numas), k)
         seen = total  # combinations the kubelet's loop generates (it checks for a perfect score after each)
         # iterateCombinations order, less the combinations whose floor cannot beat the best so far
@@ -316,7 +320,7 @@ def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: 
         if best is None:
             continue
         position, rest_view, scored_plan = best
-        aliased: Plan = (_aliased_combination(numas, k, position, seen), rest_view.values() if rest_view else ())
+        aliased: Plan = (_aliased_combination(numas, k, position, seen), rest_view or ())
         if _carry_out(idx, acc, aliased, n, group, spread) or _carry_out(idx, acc, scored_plan, n, group, spread):
             return acc.result
         raise InsufficientCPUs(n, free.bit_count(), "accounting error, not enough CPUs allocated")
