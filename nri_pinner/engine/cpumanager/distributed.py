@@ -28,7 +28,7 @@ import math
 from collections.abc import Iterator
 
 from ..errors import InsufficientCPUs
-from .distributed_classes import active_combinations, class_floors
+from .distributed_classes import active_combinations, class_floors, rank, unrank
 from .index import TopologyIndex
 from .packed import Accumulator, packed_mask
 
@@ -101,35 +101,10 @@ def _aliased_combination(items: list[int], k: int, position: int, seen: int) -> 
     or combination ``seen - 1`` when the loop stopped inside the block."""
     m = len(items)
     a = 0 if k == 1 else 1 << ((k - 1).bit_length() - 1)
-    combo = _unrank(m, k, position)
+    combo = unrank(m, k, position)
     block_last = combo[: a + 1] + list(range(m - (k - a - 1), m))
-    last = block_last if _rank(m, block_last) <= seen - 1 else _unrank(m, k, seen - 1)
+    last = block_last if rank(m, block_last) <= seen - 1 else unrank(m, k, seen - 1)
     return tuple(items[i] for i in last)
-
-
-def _rank(m: int, combo: list[int]) -> int:
-    """Position of ``combo`` (ascending indexes into m items) in itertools.combinations order."""
-    k, rank, prev = len(combo), 0, -1
-    for j, c in enumerate(combo):
-        for skipped in range(prev + 1, c):  # combinations with a smaller item at place j
-            rank += math.comb(m - skipped - 1, k - j - 1)
-        prev = c
-    return rank
-
-
-def _unrank(m: int, k: int, rank: int) -> list[int]:
-    combo: list[int] = []
-    c = 0
-    for j in range(k):
-        while True:
-            block = math.comb(m - c - 1, k - j - 1)
-            if rank < block:
-                break
-            rank -= block
-            c += 1
-        combo.append(c)
-        c += 1
-    return combo
 
 
 def _spread_remainder(after: dict[int, int], subset: tuple[int, ...], remainder: int, group: int) -> bool:
@@ -306,16 +281,16 @@ def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: 
         seen = total  # combinations the kubelet's loop generates (it checks for a perfect score after each)
         # iterateCombinations order, less the combinations whose floor cannot beat the best so far
         # the lambda reads best_balance late on purpose: the walk prunes by the best so far
-        for position, combo in active_combinations(numas, k, free_per_numa, classes,
-                                                   lambda: best_balance):  # noqa: B023
+        for at, combo in active_combinations(numas, k, free_per_numa, classes, distribution,
+                                             lambda: best_balance):  # noqa: B023
             if least is not None and least >= best_balance:  # nothing left can score strictly better
                 break
             scored = _best_for_combo(combo, free_per_numa, numas, n, group, best_balance, floors)
             if scored is not None and scored[0] < best_balance:
                 best_balance = scored[0]
-                best = (position, scored[1], (combo, scored[2]))
+                best = (rank(len(numas), at), scored[1], (combo, scored[2]))
             if best_balance == 0:  # the kubelet stops at the next combination
-                seen = min(position + 2, total)
+                seen = min(rank(len(numas), at) + 2, total)
                 break
         if best is None:
             continue

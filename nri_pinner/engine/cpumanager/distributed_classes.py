@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 Classes = list[tuple[Counter[int], float]]  # (multiset of free counts, its floor), those that can hold N
 
@@ -49,12 +49,17 @@ def class_floors(numas: list[int], free: dict[int, int], k: int,
 
 
 def active_combinations(numas: list[int], k: int, free: dict[int, int], classes: Classes | None,
-                        bound: Callable[[], float]) -> Iterator[tuple[int, tuple[int, ...]]]:
-    """(position, combination) in itertools.combinations order, leaving out blocks in which no
-    combination's multiset has a floor below ``bound()`` (read as the walk goes: the best so far)."""
+                        distribution: int, bound: Callable[[], float]
+                        ) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(indexes into ``numas``, combination) in itertools.combinations order, leaving out what the
+    kubelet's loop scores without keeping: combinations with a node below ``distribution`` free CPUs
+    (they fail its checks), and, with ``classes``, blocks in which no combination's multiset has a
+    floor below ``bound()`` (read as the walk goes: the best so far). ``rank`` gives a position."""
     m = len(numas)
     if classes is None:
-        yield from enumerate(itertools.combinations(numas, k))
+        eligible = [i for i in range(m) if free[numas[i]] >= distribution]
+        for chosen_at in itertools.combinations(eligible, k):
+            yield chosen_at, tuple(numas[i] for i in chosen_at)
         return
     values = [free[x] for x in numas]
     after = [Counter(values[i:]) for i in range(m + 1)]  # counts still available from index i
@@ -70,25 +75,45 @@ def active_combinations(numas: list[int], k: int, free: dict[int, int], classes:
                 return True
         return False
 
-    position = 0
     chosen: Counter[int] = Counter()
-    combo: list[int] = []
+    at: list[int] = []
 
-    def walk(start: int, slots: int) -> Iterator[tuple[int, tuple[int, ...]]]:
-        nonlocal position
+    def walk(start: int, slots: int) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]]:
         if slots == 0:
-            yield position, tuple(combo)
-            position += 1
+            yield tuple(at), tuple(numas[i] for i in at)
             return
         for i in range(start, m - slots + 1):
             chosen[values[i]] += 1
             if feasible(chosen, i + 1):
-                combo.append(numas[i])
+                at.append(i)
                 yield from walk(i + 1, slots - 1)
-                combo.pop()
-            else:
-                position += math.comb(m - i - 1, slots - 1)
+                at.pop()
             chosen[values[i]] -= 1
 
     yield from walk(0, k)
 
+
+def rank(m: int, combo: Sequence[int]) -> int:
+    """Position of ``combo`` (ascending indexes into m items) in itertools.combinations order."""
+    k, position, prev = len(combo), 0, -1
+    for j, c in enumerate(combo):
+        for skipped in range(prev + 1, c):  # combinations with a smaller item at place j
+            position += math.comb(m - skipped - 1, k - j - 1)
+        prev = c
+    return position
+
+
+def unrank(m: int, k: int, position: int) -> list[int]:
+    """The combination at ``position`` (inverse of ``rank``)."""
+    combo: list[int] = []
+    c = 0
+    for j in range(k):
+        while True:
+            block = math.comb(m - c - 1, k - j - 1)
+            if position < block:
+                break
+            position -= block
+            c += 1
+        combo.append(c)
+        c += 1
+    return combo
