@@ -42,7 +42,7 @@ def timed_passes(writer: CpusetWriter, rel: list[str], online: CPUSet, rounds: i
             started = time.perf_counter()
             for path in rel:
                 t0 = time.perf_counter()
-                writer.apply(path, target, "", known=(current, ""))
+                writer.apply(path, target, (), known=(current, ()))
                 per_write.append(time.perf_counter() - t0)
             per_pass.append(time.perf_counter() - started)
             current = target

@@ -72,9 +72,9 @@ def run(scopes: int, rounds: int) -> dict[str, Any]:
             for _ in range(rounds):
                 for target in (narrow, online):
                     p0, t0, c0 = pid1_cpu_seconds(), time.perf_counter(), time.thread_time()
-                    failed += len(writer.tell_systemd([(p, target, "") for p in paths]))
+                    failed += len(writer.tell_systemd([(p, target, ()) for p in paths]))
                     for p in paths:
-                        writer.apply(p, target, "", known=(current, ""))
+                        writer.apply(p, target, (), known=(current, ()))
                     cpu.append(time.thread_time() - c0)
                     wall.append(time.perf_counter() - t0)
                     pid1.append(pid1_cpu_seconds() - p0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 from importlib.resources import files
 from pathlib import Path
@@ -14,6 +15,7 @@ import structlog
 
 from .. import __version__
 from ..config import CONFIG_PATH, ConfigError, Settings, load, load_file
+from ..config.validate import reserved_warnings
 from ..engine.admission import Engine
 from ..engine.devicemanager.podresources import PodResourcesHintProvider
 from ..engine.errors import PolicyOptionError
@@ -23,7 +25,7 @@ from ..engine.topology.sysfs import SysfsError, discover
 from ..engine.topologymanager.hints import HintProvider
 from ..nri.stub import Stub, serve
 from ..nri.stub_handlers import HandlerThread
-from . import logs
+from . import instance_lock, logs
 from .checkpoint_file import read as read_checkpoint
 from .cri_client import CRIClient
 from .metrics import Metrics
@@ -36,12 +38,17 @@ from .request_intake import memory_policy
 from .status_server import start_server, status_document
 
 log = structlog.get_logger("nri_pinner")
+EMBEDDED = "<embedded defaults>"
+
+
+class StartError(Exception):
+    """Something `run` needs is taken or unusable (the metrics address): one line, exit status 2."""
 
 
 def load_settings(path: str) -> Settings:
     """The config file; only the default path may be absent (then the embedded defaults apply)."""
     if path == CONFIG_PATH and not Path(path).exists():
-        return load(files("nri_pinner.config").joinpath("default.toml").read_text(), "<embedded defaults>")
+        return load(files("nri_pinner.config").joinpath("default.toml").read_text(), EMBEDDED)
     return load_file(path)
 
 
@@ -90,6 +97,9 @@ class Service:
         self.reconciler = Reconciler(settings, self.plugin, self.stub, self.metrics, cri)
         writer = self.plugin.writer
         self.metrics.watch(self.stub, self.plugin.view, writer.counts if writer is not None else None)
+        view = self.plugin.view()  # the pools before the first event (the checkpoint's, or all shared)
+        self.metrics.shared_pool_cpus.set(len(view.shared_pool))
+        self.metrics.exclusive_cpus.set(len(view.state.exclusive_cpus()))
         self.listener: Listener | None = None
 
     def document(self) -> dict[str, Any]:
@@ -99,17 +109,39 @@ class Service:
                                self.podresources.summary() if self.podresources is not None else None,
                                writer.stats() if writer is not None else None)
 
-    async def run(self) -> int:
-        server = await start_server(self.settings.inspect.socket, self.document)
-        if self.settings.metrics.enabled:
-            m = self.settings.metrics
+    def _listen_for_metrics(self) -> None:
+        m = self.settings.metrics
+        try:
             self.listener = Listener(self.metrics, m.address, m.port, asyncio.get_running_loop())
+        except OSError as exc:  # in use, or an address this host does not have
+            where = f"[{m.address}]:{m.port}" if ":" in m.address else f"{m.address}:{m.port}"
+            raise StartError(f"cannot listen for metrics on {where} (metrics.address, metrics.port): "
+                             f"{exc.strerror or exc}") from None
+
+    async def run(self, claim: instance_lock.SocketClaim | None = None) -> int:
+        """Serve until a signal; ``claim``: the inspection socket, taken here when not given
+        (InstanceConflict, StartError: nothing was started, nothing is left behind)."""
+        claim = claim or instance_lock.claim(self.settings.inspect.socket)
+        try:
+            if self.settings.metrics.enabled:
+                self._listen_for_metrics()
+            server = await start_server(self.settings.inspect.socket, self.document)
+        except BaseException:
+            claim.release()
+            await asyncio.to_thread(self._close)
+            raise
+        claim.bound()
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+            loop.add_signal_handler(signal.SIGHUP, logs.reopen)  # logrotate's convention: reopen log.file
         if self.podresources is not None:
             self.podresources.start()
         reconcile = asyncio.create_task(self.reconciler.run())
         try:
             return await serve(self.stub, structlog.get_logger("nri_pinner.nri"))
         finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGHUP)
             await stop_task(reconcile)
             if self.listener is not None:
                 self.listener.stop()
@@ -118,8 +150,20 @@ class Service:
             if self.podresources is not None:
                 await asyncio.to_thread(self.podresources.close)
             await server.stop(0.5)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.settings.inspect.socket)
+            claim.release()  # the socket file only if it is still the one bound here
+
+    def _close(self) -> None:
+        """A start that failed: the threads and writers the constructor started end."""
+        if self.listener is not None:
+            self.listener.stop()
+        self.node_thread.stop()
+        self.plugin.close()
+
+
+def _cannot_start(exc: Exception) -> int:
+    log.error("cannot start", error=str(exc))
+    print(f"nri-pinner run: {exc}", file=sys.stderr)
+    return 2
 
 
 def run_from_config(path: str) -> int:
@@ -128,19 +172,34 @@ def run_from_config(path: str) -> int:
     except ConfigError as exc:
         print(f"nri-pinner run: {exc}", file=sys.stderr)
         return 2
-    logs.configure(settings.log.level, settings.log.format, settings.log.file)
+    try:
+        logs.configure(settings.log.level, settings.log.format, settings.log.file)
+    except OSError as exc:
+        print(f"nri-pinner run: cannot open log.file {settings.log.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    try:
+        claim = instance_lock.claim(settings.inspect.socket)  # before anything else is started
+    except (instance_lock.InstanceConflict, OSError) as exc:
+        return _cannot_start(exc)
     try:
         topology = discover(settings.sysfs_root)
         engine, nics = build_engine(settings, topology)
     except (SysfsError, PolicyOptionError, ValueError) as exc:  # ValueError: memory capacities/reserve
-        log.error("cannot start", error=str(exc))
-        print(f"nri-pinner run: {exc}", file=sys.stderr)
-        return 2
-    log.info("starting", version=__version__, config=path, cpus=str(topology.online),
+        claim.release()
+        return _cannot_start(exc)
+    embedded = path == CONFIG_PATH and not Path(path).exists()
+    log.info("starting", version=__version__, config=EMBEDDED if embedded else path, cpus=str(topology.online),
              numa_nodes=len(topology.numa_nodes), reserved=str(engine.policy.reserved),
              topology_policy=settings.topology_manager.policy)
+    if embedded:
+        log.info("no config file: running on the embedded defaults (nri-pinner config --defaults)", missing=path)
     for note in engine.notes:
         log.warning("configuration note", note=note)
+    for warning in reserved_warnings(engine.policy.reserved, topology.online):
+        log.warning("configuration warning", warning=warning)
     # the wire loop must not wait 5 ms (the default) for the GIL while a writer thread runs
     sys.setswitchinterval(0.0005)
-    return asyncio.run(Service(settings, engine, nics=nics).run())
+    try:
+        return asyncio.run(Service(settings, engine, nics=nics).run(claim))
+    except StartError as exc:
+        return _cannot_start(exc)

@@ -56,12 +56,12 @@ def read_cpus(cgroup_root: str | Path, cgroups_path: str) -> CPUSet:
         raise CgroupError(f"{path}: {exc}") from exc
 
 
-def read_cpuset(cgroup_root: str | Path, cgroups_path: str) -> tuple[CPUSet, str]:
-    """The container's cgroup cpuset.cpus and cpuset.mems (normalised text), as the kernel holds them."""
+def read_cpuset(cgroup_root: str | Path, cgroups_path: str) -> tuple[CPUSet, tuple[int, ...]]:
+    """The container's cgroup cpuset.cpus and cpuset.mems (node ids), as the kernel holds them."""
     cpus = read_cpus(cgroup_root, cgroups_path)
     path = cpuset_dir(cgroup_root, cgroups_path) / "cpuset.mems"
     try:
         mems = CPUSet.parse(path.read_text())
     except (OSError, CPUSetError) as exc:
         raise CgroupError(f"cannot read {path}: {exc}") from exc
-    return cpus, ",".join(map(str, mems))
+    return cpus, tuple(mems)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..engine.cpuset import CPUSet, CPUSetError
 from .cgroup_paths import CgroupError, cpuset_dir, relative_cgroup_path
+from .core.records import Mems
 from .systemd_units import SystemdUnits, scope_unit
 
 CPUS, MEMS, BALANCE = "cpuset.cpus", "cpuset.mems", "cpuset.sched_load_balance"
@@ -183,6 +184,7 @@ class CpusetWriter:
         self._v1: bool | None = None
         self._texts: dict[tuple[CPUSet, str], str] = {}
         self._parsed: dict[str, CPUSet] = {}  # cpuset texts read back: a handful of distinct values
+        self._node_sets: dict[Mems, CPUSet] = {}
 
     @property
     def v1(self) -> bool:
@@ -214,20 +216,19 @@ class CpusetWriter:
             text = self._texts[(cpus, sep)] = sep.join(map(str, cpus)) if sep else str(cpus)
         return text
 
-    def read(self, cgroups_path: str) -> tuple[CPUSet, str]:
-        """The container's cgroup cpuset.cpus and cpuset.mems (mems as "0,1" text)."""
+    def read(self, cgroups_path: str) -> tuple[CPUSet, Mems]:
+        """The container's cgroup cpuset.cpus and cpuset.mems."""
         top = self._dir(cgroups_path)
         path = f"{top}/{CPUS}"
-        try:  # the same few texts on every shared container: parsed once (`_mems` caches any list)
-            cpus = self._mems(_read_text(path))
+        try:  # the same few texts on every shared container: parsed once (`_parse` caches any list)
+            cpus = self._parse(_read_text(path))
         except CPUSetError as exc:
             raise CgroupError(f"{path}: {exc}") from exc
-        mems = self._mems(_read_text(f"{top}/{MEMS}"))
-        return cpus, self._text(mems, ",")
+        return cpus, tuple(self._parse(_read_text(f"{top}/{MEMS}")))
 
-    def apply(self, cgroups_path: str, cpus: CPUSet, mems: str,
-              known: tuple[CPUSet | None, str] | None = None) -> None:
-        """Make the container's cgroup hold `cpus` / `mems` ("" = leave mems alone).
+    def apply(self, cgroups_path: str, cpus: CPUSet, mems: Mems,
+              known: tuple[CPUSet | None, Mems] | None = None) -> None:
+        """Make the container's cgroup hold `cpus` / `mems` (() = leave mems alone).
 
         `known` is what this writer last put there (the syncer's record): those files are not read
         back, which halves the syscalls of a pool change. Drift behind our back is the repair
@@ -237,9 +238,9 @@ class CpusetWriter:
             if not cgroups_path:
                 raise CgroupError("the runtime reported no cgroups path")
             top = self._dir(cgroups_path)
-            wanted_mems = self._mems(mems) if mems else None
-            known_cpus, known_mems = known if known is not None else (None, "")
-            self._apply(top, cpus, wanted_mems, known_cpus, self._mems(known_mems) if known_mems else None)
+            wanted_mems = self._nodes(mems) if mems else None
+            known_cpus, known_mems = known if known is not None else (None, ())
+            self._apply(top, cpus, wanted_mems, known_cpus, self._nodes(known_mems) if known_mems else None)
         except (CgroupError, CPUSetError) as exc:
             self.counts.failed += 1
             self._dirs.pop(cgroups_path, None)  # the layout may have changed (v1 <-> v2 test trees)
@@ -247,13 +248,22 @@ class CpusetWriter:
             raise CgroupError(str(exc)) from exc
         self.counts.containers += 1
 
-    def _mems(self, text: str) -> CPUSet:
-        mems = self._parsed.get(text)
-        if mems is None:
+    def _parse(self, text: str) -> CPUSet:
+        parsed = self._parsed.get(text)
+        if parsed is None:
             if len(self._parsed) >= 256:
                 self._parsed.clear()
-            mems = self._parsed[text] = CPUSet.parse(text)
-        return mems
+            parsed = self._parsed[text] = CPUSet.parse(text)
+        return parsed
+
+    def _nodes(self, mems: Mems) -> CPUSet:
+        """cpuset.mems node ids as a set (the same few on every container: built once)."""
+        nodes = self._node_sets.get(mems)
+        if nodes is None:
+            if len(self._node_sets) >= 256:
+                self._node_sets.clear()
+            nodes = self._node_sets[mems] = CPUSet(mems)
+        return nodes
 
     def _apply(self, top: str, cpus: CPUSet, mems: CPUSet | None, known_cpus: CPUSet | None,
                known_mems: CPUSet | None) -> None:
@@ -317,7 +327,7 @@ class CpusetWriter:
         except CgroupError:
             pass
 
-    def tell_systemd(self, items: Iterable[tuple[str, CPUSet, str]]) -> dict[str, str]:
+    def tell_systemd(self, items: Iterable[tuple[str, CPUSet, Mems]]) -> dict[str, str]:
         """Before writing: have systemd hold (cgroups path, cpus, mems) for each container that runs in
         a systemd scope, so its re-applications write the same (systemd_units.py). Returns
         {cgroups path: why} for those it could not confirm; containers outside systemd units are
@@ -330,7 +340,7 @@ class CpusetWriter:
             unit = scope_unit(path)
             if unit is not None:
                 by_unit[unit] = path
-                calls.append((unit, cpus, self._mems(mems) if mems else None))
+                calls.append((unit, cpus, self._nodes(mems) if mems else None))
         failed = self.units.agree(calls)
         self.counts.unit_failed += len(failed)
         self.counts.unit_calls += len(calls) - len(failed)

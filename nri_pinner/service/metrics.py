@@ -34,7 +34,7 @@ REJECTIONS: dict[str, str] = {
 FAIL_OPEN_CAUSES = ("rejected", "timeout")
 # create refused, kept shared at Synchronize, or noderesource.dev/resources not used (values inferred)
 BAD_INPUT_SOURCES = ("annotation", "container", "noderesource")
-LATE_METHODS = ("CreateContainer", "UpdateContainer")
+LATE_METHODS = ("CreateContainer", "StartContainer", "UpdateContainer")  # replies sent after their wait
 REPAIR_PATHS = ("cri", "next-reply")
 # in-place resize outcomes (engine ResizeDecision.kind) and refusal reasons (README "Resize")
 RESIZE_KINDS = ("grow", "shrink", "to-exclusive", "to-shared", "unchanged", "shared", "annotation")

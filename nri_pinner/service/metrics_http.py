@@ -1,4 +1,5 @@
-"""The metrics listener: /metrics, /healthz (alive) and /readyz (pinning), 404 for any other path.
+"""The metrics listener: /metrics, /healthz (alive) and /readyz (pinning), 404 for any other path;
+HEAD answers as GET without the body.
 
 /healthz asks the service's event loop (the one that answers the runtime) to run a no-op: a wedged
 loop fails the liveness probe, a slow scrape or a disconnected runtime does not. /readyz is 200 only
@@ -49,13 +50,21 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], metrics: Metrics, loop: asyncio.AbstractEventLoop | None,
                  alive_timeout: float) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        # the family of what the address is or resolves to (a host name may resolve to IPv6 only)
+        found = socket.getaddrinfo(address[0], address[1], type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        self.address_family = found[0][0]
         self.metrics, self.loop, self.alive_timeout = metrics, loop, alive_timeout
         super().__init__(address, _Handler)
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    _head_only = False
+
+    def do_HEAD(self) -> None:
+        """As GET, without the body (curl -I, load balancers' checks)."""
+        self._head_only = True
+        self.do_GET()
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
@@ -76,7 +85,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if not self._head_only:
+            self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Probes hit this every few seconds: no access log."""

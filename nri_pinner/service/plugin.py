@@ -324,9 +324,8 @@ class PinnerPlugin:
         engine = view.engine
         if t is None:  # unknown (adopted by the late handler): never on CPUs that may be exclusive now
             pool = view.shared_pool
-            return UpdatesReply((cpu_update(req.container.id, pool, ",".join(map(str, engine.mems_of(pool)))),))
-        cpus, mems = desired_of(engine, view.state, view.shared_pool, t.key,
-                                lambda c: ",".join(map(str, engine.mems_of(c))))
+            return UpdatesReply((cpu_update(req.container.id, pool, engine.mems_of(pool)),))
+        cpus, mems = desired_of(engine, view.state, view.shared_pool, t.key, engine.mems_of)
         log.warning("update over budget: answered with the container's current cpuset", container=t.key[1],
                     cpus=str(cpus))
         return UpdatesReply((cpu_update(t.container_id, cpus, mems),))

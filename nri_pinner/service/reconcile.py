@@ -29,6 +29,7 @@ from ..nri.gen import api_pb2 as api
 from ..nri.stub import Stub
 from .cgroup_paths import CgroupError, read_cpus
 from .core import events as ev
+from .core.records import Mems, mems_text
 from .core.repairs import Drift, DriftProbe
 from .cri_client import CRIClient
 from .metrics import Metrics
@@ -38,11 +39,11 @@ from .uevents import open_socket, watch_cpus
 log = structlog.get_logger("nri_pinner.reconcile")
 
 
-def update_proto(container_id: str, cpus: CPUSet, mems: str) -> api.ContainerUpdate:
+def update_proto(container_id: str, cpus: CPUSet, mems: Mems) -> api.ContainerUpdate:
     """An unsolicited NRI update (UpdateContainers): the runtime's own message, not a reply's."""
     u = api.ContainerUpdate(container_id=container_id)
     u.linux.resources.cpu.cpus = str(cpus)
-    u.linux.resources.cpu.mems = mems
+    u.linux.resources.cpu.mems = mems_text(mems)
     return u
 
 
@@ -129,7 +130,7 @@ class Reconciler:
                 return "nri"
         if self.cri is not None:
             try:
-                await self.cri.update_cpuset(d.container_id, str(d.desired), d.mems)
+                await self.cri.update_cpuset(d.container_id, str(d.desired), mems_text(d.mems))
                 return "cri"
             except grpc.aio.AioRpcError as exc:
                 log.warning("CRI repair failed; repairing in the next event reply", container=d.name,

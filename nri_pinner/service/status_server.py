@@ -15,7 +15,7 @@ from .. import __version__
 from ..engine.cpuset import CPUSet
 from ..engine.nicmanager.hints import nic_hints
 from ..nri.stub import Stub
-from .core.records import View, desired_of
+from .core.records import Mems, View, desired_of, mems_text
 from .gen import inspect_pb2 as pb
 
 SERVICE = "nri_pinner.inspect.v1.Inspect"
@@ -28,22 +28,22 @@ def status_document(view: View, stub: Stub | None, reconcile_repairs: int = 0,
     """Built from the newest published view: no lock, so a status query never waits on a handler."""
     engine, state, shared = view.engine, view.state, view.shared_pool
     topo = engine.topology
-    mems: dict[CPUSet, str] = {}
+    mems: dict[CPUSet, Mems] = {}
 
-    def mems_text(cpus: CPUSet) -> str:  # every shared container asks for the same pool's
+    def mems_of(cpus: CPUSet) -> Mems:  # every shared container asks for the same pool's
         if cpus not in mems:
-            mems[cpus] = ",".join(map(str, engine.mems_of(cpus)))
+            mems[cpus] = engine.mems_of(cpus)
         return mems[cpus]
 
     assignments = []
     for t in sorted(view.containers.values(), key=lambda t: (t.intent.namespace, t.intent.pod_name, t.key)):
         a = state.get(*t.key)
         exclusive = a is not None and a.exclusive
-        cpus, cpu_mems = desired_of(engine, state, shared, t.key, mems_text)
+        cpus, cpu_mems = desired_of(engine, state, shared, t.key, mems_of)
         assignments.append({
             "container_id": t.container_id, "namespace": t.intent.namespace, "pod": t.intent.pod_name,
             "pod_uid": t.intent.pod_uid, "container": t.intent.container, "qos": t.intent.qos,
-            "exclusive": exclusive, "cpus": str(cpus), "mems": cpu_mems,
+            "exclusive": exclusive, "cpus": str(cpus), "mems": mems_text(cpu_mems),
             "admitted": str(a.admitted) if a and a.exclusive else "", "init": t.intent.init,
             "stopped": t.stopped, "intent_source": t.intent.source,
             **({"hints": t.hints} if t.hints else {}),
@@ -92,17 +92,25 @@ async def start_server(socket_path: str, document: Callable[[], dict[str, Any]])
 
     path = Path(socket_path)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    path.unlink(missing_ok=True)
+    # Bound under a name of this process's own, then renamed into place (atomically replacing a stale
+    # socket): gRPC unlinks the path it bound when it stops, which would otherwise remove whatever
+    # socket file is at `socket_path` by then, another process's included (the caller removes its own).
+    bound = path.with_name(f".{path.name}.{os.getpid()}")
+    if len(str(bound).encode()) > 107:  # sun_path's limit: bind the path itself
+        bound = path
+        path.unlink(missing_ok=True)
     server = grpc.aio.server()
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
         SERVICE, {name: handler(fn) for name, fn in _sections(document).items()})])
-    server.add_insecure_port(f"unix:{path}")
+    server.add_insecure_port(f"unix:{bound}")
     old = os.umask(0o177)  # the socket is created 0600: root only
     try:
         await server.start()
     finally:
         os.umask(old)
-    os.chmod(path, 0o600)
+    os.chmod(bound, 0o600)
+    if bound != path:
+        os.replace(bound, path)
     return server
 
 

@@ -30,7 +30,7 @@ HELD = CPUSet.parse("3,9")  # what G's cgroup really holds (pool changes and rep
 
 
 def synchronize() -> ev.Synchronize:
-    cgroups = {B.linux.cgroups_path: (CPUSet.parse("0-11"), "0,1"), G.linux.cgroups_path: (HELD, "1")}
+    cgroups = {B.linux.cgroups_path: (CPUSet.parse("0-11"), (0, 1)), G.linux.cgroups_path: (HELD, (1,))}
     return ev.Synchronize([BPOD, GPOD, XPOD], [B, G, X], cgroups)
 
 
@@ -42,7 +42,7 @@ def test_synchronize_rebuilds_from_the_cgroups_and_answers_after_the_pass() -> N
     token = park_token(out.reply)
     node = e.core.node
     assert set(node.containers) == {B.id, G.id, X.id}
-    assert node.desired(node.containers[G.id]) == (HELD, "1")  # the cgroup wins over the runtime's record
+    assert node.desired(node.containers[G.id]) == (HELD, (1,))  # the cgroup wins over the runtime's record
     pool = online - HELD
     assert e.pool == pool
     [p] = passes(out)
@@ -69,7 +69,7 @@ def test_synchronize_reply_carries_a_started_container_whose_write_failed() -> N
 def test_synchronize_with_nothing_to_write_is_answered_at_once() -> None:
     e = make_core(synchronized=False)
     b = container(BPOD, "app", 500, 1000)
-    out = e.handle(ev.Synchronize([BPOD], [b], {b.linux.cgroups_path: (e.topology.online, "0,1")}))
+    out = e.handle(ev.Synchronize([BPOD], [b], {b.linux.cgroups_path: (e.topology.online, (0, 1))}))
     assert out.reply == UpdatesReply() and passes(out) == []
 
 

@@ -99,7 +99,7 @@ def test_a_result_for_another_pass_is_ignored() -> None:
     e.run(BPOD, B)
     e.handle(create(GPOD, G))
     [p] = passes(e.fire(SETTLE[0]))
-    out = e.handle(ev.CgroupsWritten(p.pass_id + 100, [ev.WriteResult(B.id, online, "0,1", error="x")]))
+    out = e.handle(ev.CgroupsWritten(p.pass_id + 100, [ev.WriteResult(B.id, online, (0, 1), error="x")]))
     assert out.effects == [] and e.core.node.via_reply == set()
     e.write()  # its own result still lands
     assert e.core.node.told[B.id][0] == e.pool
@@ -143,3 +143,37 @@ def test_await_pass_after_a_refusal_is_answered_when_the_pass_in_flight_returns(
     e.write()
     e.settle()
     assert e.resolves.get(token) is True
+
+
+def test_a_settle_a_pass_already_covered_never_writes_a_later_widen_early() -> None:
+    """A create arms the short settle; the exclusive start's own pass writes first; when the short
+    settle's timer fires after the pool has only widened since (a stop), it must not write the widen
+    then: that waits for the long settle (seen under two CPU burners, where the 2 ms timer ran late)."""
+    e = make_core()
+    online = e.topology.online
+    e.run(BPOD, B)
+    out = e.handle(create(GPOD, G))
+    assert settle_timers(out) == [SETTLE]
+    token = park_token(e.handle(ev.StartContainer(G.id)).reply)  # an urgent pass: the settle is void
+    e.write()
+    assert token in e.resolves and e.armed.get(SETTLE[0]) == SETTLE[1]  # its timer has not fired yet
+    out = e.handle(ev.StopPodSandbox(GPOD))  # G's CPUs go back: the pool only widens
+    assert settle_timers(out) == [SETTLE_WIDEN] and e.pool == online
+    assert passes(e.fire(SETTLE[0])) == []  # the late short settle writes nothing
+    [p] = passes(e.fire(SETTLE_WIDEN[0]))
+    assert [(i.container_id, i.cpus) for i in p.items] == [(B.id, online)]
+
+
+def test_a_narrowing_change_during_a_long_settle_shortens_it() -> None:
+    """The settle is decided again at each change: a narrowing change while a widen waits its 100 ms
+    re-arms the 2 ms one (the old syncer's rule: a newer kick decides again)."""
+    e = make_core()
+    e.run(BPOD, B)
+    e.run(GPOD, G)
+    assert settle_timers(e.handle(ev.StopPodSandbox(GPOD))) == [SETTLE_WIDEN]
+    gold2 = pod("gold2")
+    out = e.handle(create(gold2, container(gold2, "app", 4000, 4000)))  # more than G had: narrows
+    assert settle_timers(out) == [SETTLE]
+    assert passes(e.fire(SETTLE_WIDEN[0])) == []  # replaced: its fire is ignored
+    [p] = passes(e.fire(SETTLE[0]))
+    assert p.items[0].container_id == B.id

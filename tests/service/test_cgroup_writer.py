@@ -97,21 +97,21 @@ def test_shrink_and_widen_each_layout(tmp_path: Path, version: int, driver: str,
     path, d = build(tmp_path, version, driver, "1-15")
     w = CpusetWriter(tmp_path)
     assert w.v1 is (version == 1)
-    w.apply(path, CPUSet.parse("1,4-15"), "0")
+    w.apply(path, CPUSet.parse("1,4-15"), (0,))
     assert read(d) == CPUSet.parse("1,4-15") and read(d, "cpuset.mems") == CPUSet([0])
-    w.apply(path, CPUSet.parse("1-15"), "0-1")
+    w.apply(path, CPUSet.parse("1-15"), (0, 1))
     assert read(d) == CPUSet.parse("1-15") and read(d, "cpuset.mems") == CPUSet([0, 1])
     # the pod cgroups are never touched: the kubelet keeps every CPU there
     parents = {p.parent for p, _ in kernel_v1_rule}
     assert parents == {d}
-    w.apply(path, CPUSet.parse("1-15"), "0-1")  # nothing to do: nothing written
+    w.apply(path, CPUSet.parse("1-15"), (0, 1))  # nothing to do: nothing written
     assert len(kernel_v1_rule) == 4 and w.counts.writes == 4 and w.counts.containers == 3
 
 
 def test_a_change_that_adds_and_removes_goes_through_the_union(
         tmp_path: Path, kernel_v1_rule: list[tuple[Path, CPUSet]]) -> None:
     path, d = build(tmp_path, 1, "cgroupfs", "1-7", nested=("inner",))
-    CpusetWriter(tmp_path).apply(path, CPUSet.parse("4-11"), "")
+    CpusetWriter(tmp_path).apply(path, CPUSet.parse("4-11"), ())
     assert [(p.parent.name, str(v)) for p, v in kernel_v1_rule] == [
         (CID, "1-11"), ("inner", "4-7"), (CID, "4-11")]
     assert read(d) == CPUSet.parse("4-11") and read(d / "inner") == CPUSet.parse("4-7")
@@ -124,19 +124,19 @@ def test_v1_nested_cgroups_are_narrowed_first_deepest_first(
     (d / "other" / "cpuset.cpus").write_text("2-3\n")
     (d / "other" / "cpuset.mems").write_text("0\n")
     w = CpusetWriter(tmp_path)
-    w.apply(path, CPUSet.parse("3-15"), "")
+    w.apply(path, CPUSet.parse("3-15"), ())
     order = [p.parent.name for p, _ in kernel_v1_rule]
     assert order.index("deeper") < order.index("init.scope") < order.index(d.name)
     assert read(d / "other") == CPUSet([3])  # kept what it could of its own choice
     assert read(d / "init.scope" / "deeper") == CPUSet.parse("3-15")
     assert w.counts.nested == 1
-    w.apply(path, CPUSet.parse("1-15"), "")  # a widen leaves nested cgroups as their owner set them
+    w.apply(path, CPUSet.parse("1-15"), ())  # a widen leaves nested cgroups as their owner set them
     assert read(d) == CPUSet.parse("1-15") and read(d / "init.scope") == CPUSet.parse("3-15")
 
 
 def test_v2_ignores_nested_cgroups(tmp_path: Path, kernel_v1_rule: list[tuple[Path, CPUSet]]) -> None:
     path, d = build(tmp_path, 2, "systemd", "1-15", nested=("inner",))
-    CpusetWriter(tmp_path).apply(path, CPUSet.parse("5-6"), "")
+    CpusetWriter(tmp_path).apply(path, CPUSet.parse("5-6"), ())
     assert [p.parent.name for p, _ in kernel_v1_rule] == [d.name]
     assert read(d / "inner") == CPUSet.parse("1-15")  # v2: the kernel intersects; nothing to do
 
@@ -144,13 +144,13 @@ def test_v2_ignores_nested_cgroups(tmp_path: Path, kernel_v1_rule: list[tuple[Pa
 def test_failures_are_errors_the_caller_falls_back_on(tmp_path: Path) -> None:
     w = CpusetWriter(tmp_path)
     with pytest.raises(CgroupError, match="No such file"):  # not started yet, or gone
-        w.apply(layout("cgroupfs")[0], CPUSet([1]), "0")
+        w.apply(layout("cgroupfs")[0], CPUSet([1]), (0,))
     with pytest.raises(CgroupError, match="no cgroups path"):
-        w.apply("", CPUSet([1]), "0")
+        w.apply("", CPUSet([1]), (0,))
     path, d = build(tmp_path, 1, "cgroupfs", "1-3")
     (d / "cpuset.mems").unlink()
     with pytest.raises(CgroupError, match=r"cpuset\.mems"):
-        w.apply(path, CPUSet([1]), "0")
+        w.apply(path, CPUSet([1]), (0,))
     assert w.counts.failed == 3 and w.counts.containers == 0
 
 
@@ -164,7 +164,7 @@ def test_descriptors_stay_open_between_writes_and_close_when_the_container_goes(
     before = open_count()
     for cpus in ("1-3", "1", "1-15", "2"):  # shorter text after longer: the rest of the file must go
         for path, _ in paths:
-            w.apply(path, CPUSet.parse(cpus), "")
+            w.apply(path, CPUSet.parse(cpus), ())
         assert all(read(d) == CPUSet.parse(cpus) for _, d in paths)
         assert (paths[0][1] / "cpuset.cpus").read_text() == cpus
     assert len(w.files) == 3 and open_count() == before + 3  # one per container, reused
@@ -207,12 +207,12 @@ def test_v1_load_balance_flag_cleared_only_while_the_top_cpuset_balances(
     for level in (d.parent.parent, d.parent, d):  # every level has the flag set, as the kernel makes them
         (level / "cpuset.sched_load_balance").write_text("1\n")
     w = CpusetWriter(tmp_path, skip_v1_rebuilds=skip)
-    w.apply(path, CPUSet.parse("2-15"), "")
+    w.apply(path, CPUSet.parse("2-15"), ())
     assert (d / "cpuset.sched_load_balance").read_text().strip() == ("0" if cleared else "1")
     assert (d.parent / "cpuset.sched_load_balance").read_text().strip() == "1"  # the pod's is the kubelet's
     assert w.counts.balance_cleared == int(cleared)
     (d / "cpuset.sched_load_balance").write_text("1\n")
-    w.apply(path, CPUSet.parse("1-15"), "")  # looked at once per container, not on every write
+    w.apply(path, CPUSet.parse("1-15"), ())  # looked at once per container, not on every write
     assert (d / "cpuset.sched_load_balance").read_text().strip() == "1"
     w.close()
 
@@ -221,7 +221,7 @@ def test_v2_has_no_load_balance_flag_to_clear(tmp_path: Path) -> None:
     path, d = build(tmp_path, 2, "systemd", "1-15")
     (tmp_path / "cpuset.sched_load_balance").write_text("1\n")  # no such file on v2: never read
     w = CpusetWriter(tmp_path)
-    w.apply(path, CPUSet.parse("2-15"), "")
+    w.apply(path, CPUSet.parse("2-15"), ())
     assert w.counts.balance_cleared == 0 and not (d / "cpuset.sched_load_balance").exists()
     w.close()
 
@@ -270,12 +270,12 @@ def test_real_v1_shrink_with_a_nested_cgroup(real_tree: Path) -> None:
     try:
         (nested / "tasks").write_text(str(sleeper.pid))
         w = CpusetWriter(REAL)
-        w.apply(f"/{real_tree.name}/pod/ctr", last, "")
+        w.apply(f"/{real_tree.name}/pod/ctr", last, ())
         assert read(ctr) == last and read(nested) == last and w.counts.nested == 1
         status = Path(f"/proc/{sleeper.pid}/status").read_text()
         allowed = next(line.split(":")[1] for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
         assert CPUSet.parse(allowed) == last  # the process was moved off the other CPUs at once
-        w.apply(f"/{real_tree.name}/pod/ctr", every, "")
+        w.apply(f"/{real_tree.name}/pod/ctr", every, ())
         assert read(ctr) == every and read(nested) == last
     finally:
         sleeper.kill()
@@ -305,13 +305,13 @@ def test_real_v1_load_balance_flag_and_a_removed_cgroup(real_tree: Path) -> None
     last = CPUSet([max(every)])
     w = CpusetWriter(REAL)
     path = f"/{real_tree.name}/pod/ctr"
-    w.apply(path, last, "")
+    w.apply(path, last, ())
     assert read(ctr) == last and w.counts.balance_cleared == 1
     assert (ctr / "cpuset.sched_load_balance").read_text().strip() == "0"
     assert (real_tree / "pod" / "cpuset.sched_load_balance").read_text().strip() == "1"
-    w.apply(path, every, "", known=(last, ""))  # through the kept descriptor
+    w.apply(path, every, (), known=(last, ()))  # through the kept descriptor
     assert read(ctr) == every and len(w.files) == 1
     ctr.rmdir()  # the container went away while its file was open: the kernel answers ENODEV
     with pytest.raises(CgroupError, match="No such device"):
-        w.apply(path, last, "", known=(every, ""))
+        w.apply(path, last, (), known=(every, ()))
     assert len(w.files) == 0

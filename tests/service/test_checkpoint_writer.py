@@ -89,6 +89,6 @@ def test_flush_and_close_cut_the_linger_short(tmp_path: Path, monkeypatch: pytes
     assert w.flush(timeout=10) and w.written == 1
     w.submit(Snapshot(EngineState(CPUSet.parse("2-3")), {}, CPUSet([0]), CPUSet.parse("2-3")))
     w.close(timeout=10)
-    assert w.written == 2 and not w._thread.is_alive()
+    assert w.written == 2 and w._thread is not None and not w._thread.is_alive()
     assert checkpoint_file.read(tmp_path / "cp.json").body == {"policy": "static", "reserved": "0", "shared": "2-3",
                                                         "entries": []}

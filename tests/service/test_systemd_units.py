@@ -138,8 +138,8 @@ def test_the_writer_asks_only_about_scopes_and_counts(short_dir: Path) -> None:
     writer = CpusetWriter(short_dir / "cgroup", units=SystemdUnits(str(short_dir / "private"), timeout=1.0))
     try:
         bad = SCOPE_PATH.replace("abc123", "bad")
-        untold = writer.tell_systemd([(SCOPE_PATH, CPUSet.parse("0-1"), "0"), (bad, CPUSet.parse("0-1"), ""),
-                                      ("/kubepods/burstable/pod1/ctr", CPUSet.parse("0-1"), "")])
+        untold = writer.tell_systemd([(SCOPE_PATH, CPUSet.parse("0-1"), (0,)), (bad, CPUSet.parse("0-1"), ()),
+                                      ("/kubepods/burstable/pod1/ctr", CPUSet.parse("0-1"), ())])
         assert list(untold) == [bad] and "AccessDenied" in untold[bad]
         assert [u for u, _ in seen] == ["cri-containerd-abc123.scope", "cri-containerd-bad.scope"]
         assert (writer.counts.unit_calls, writer.counts.unit_failed) == (1, 1)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ...engine.cpuset import CPUSet
 from .checkpoint import Snapshot
-from .records import Told
+from .records import Mems, Told
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class PassItem:
     container_id: str
     cgroups_path: str
     cpus: CPUSet
-    mems: str
+    mems: Mems
     known: Told | None  # what the cgroup is known to hold (None: unknown)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from ...engine.admission import Engine
 from ...engine.cpuset import CPUSet
 from ...nri.gen import api_pb2 as api
-from .records import Told
+from .records import Mems, Told
 
 CgroupReads = Mapping[str, Told | None]  # cgroups path -> what its cgroup holds (None: unreadable)
 Extras = Mapping[str, Any]  # AdmissionRequest keyword arguments from the container's devices and memory
@@ -90,7 +90,7 @@ class ReplyDiscarded:
 class WriteResult:
     container_id: str
     cpus: CPUSet
-    mems: str
+    mems: Mems
     error: str = ""  # the write failed: only a reply reaches the container now
     untold: str = ""  # written, but systemd refused the scope's properties (it would put the old set back)
 

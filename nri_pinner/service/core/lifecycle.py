@@ -20,7 +20,7 @@ from .effects import Refusal
 from .events import CreateContainer, RemoveContainer, RemovePodSandbox, StartContainer, StopContainer, StopPodSandbox
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .rebuild import repin_waiting
-from .records import Tracked
+from .records import Tracked, mems_text
 from .reply_updates import reply_updates
 from .roles import decide_role, mark_sidecars, release_pod, role_at_create
 
@@ -86,9 +86,9 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     t.start_after = node.generation
     log.info("container pinned" if decision.exclusive else "container on shared pool",
              pod=f"{intent.namespace}/{intent.pod_name}", container=intent.container, qos=intent.qos,
-             cpus=str(cpus), mems=mems, exclusive=decision.exclusive, outcome=outcome,
+             cpus=str(cpus), mems=mems_text(mems), exclusive=decision.exclusive, outcome=outcome,
              shared_updates=len(updates), reason=intent.source)
-    return CreateReply(str(cpus), mems, updates)
+    return CreateReply(str(cpus), mems_text(mems), updates)
 
 
 def start(core: NodeCore, event: StartContainer) -> Reply:

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ...config import Settings
 from ...engine.admission import Engine
 from . import connection, lifecycle, repairs, resizing
 from .checkpoint import Snapshot, checkpoint_entries, memory_entries
@@ -52,6 +51,7 @@ from .passes import PassBook
 from .records import NodeState
 
 if TYPE_CHECKING:
+    from ...config import Settings  # a type only: the settings module reads and checks files
     from ..metrics import Metrics
 
 Reply = object  # a typed NRI reply (nri/handlers.py), a Refusal, a Park, a list for the reconcile edge, or None

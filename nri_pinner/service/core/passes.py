@@ -21,6 +21,7 @@ import structlog
 from ...engine.cpuset import CPUSet
 from .effects import ArmTimer, Expedite, Park, PassItem, WriteCgroups
 from .events import CgroupsWritten
+from .records import Told
 
 if TYPE_CHECKING:
     from .node import NodeCore, Reply
@@ -40,10 +41,10 @@ def pass_wait_seconds(request_timeout_ms: int) -> float:
     return WAIT_SHARE * (request_timeout_ms / 1000 if request_timeout_ms > 0 else 2.0)
 
 
-def widens_only(cpus: CPUSet, known: tuple[CPUSet | None, str] | None) -> bool:
+def widens_only(cpus: CPUSet, known: Told | None) -> bool:
     """The write only adds CPUs to what the cgroup is known to hold. A pass writes these last, so a
     CPU moving between containers (a resize) leaves its old holder before its new one gets it."""
-    return known is not None and known[0] is not None and known[0].issubset(cpus)
+    return known is not None and known[0].issubset(cpus)
 
 
 @dataclass
@@ -70,7 +71,9 @@ class PassBook:
         self.done = 0  # the generation the last finished pass started from
         self.count = 0  # passes finished (with writes or not)
         self.in_flight: _InFlight | None = None
-        self.armed: set[str] = set()  # settle timers armed
+        # the settle timer armed now ("settle" or "settle-widen"), re-decided at each change as the pool
+        # narrows or only widens; a pass dispatched for any reason voids it (a late fire is ignored)
+        self.settle: str | None = None
         self.waiters: dict[int, _Waiter] = {}
         self.pool_written: CPUSet | None = None  # the shared pool the last pass wrote
         self._ids = 0
@@ -85,8 +88,8 @@ class PassBook:
         node = self.core.node
         widen = self.pool_written is not None and self.pool_written.issubset(node.shared_pool)
         name = SETTLE_WIDEN if widen else SETTLE
-        if name not in self.armed:
-            self.armed.add(name)
+        if self.settle != name:
+            self.settle = name
             self.core.effects.append(ArmTimer(name, WIDEN_SETTLE_SECONDS if widen else SETTLE_SECONDS))
 
     def new_token(self) -> int:
@@ -118,20 +121,23 @@ class PassBook:
                             waited_s=self.wait_seconds)
                 self.core.resolve(waiter.token, waiter.reply(True))
             return None
-        self.armed.discard(name)
+        if name != self.settle:
+            return None  # voided by a pass since, or replaced by the other settle
+        self.settle = None
         if self.in_flight is None and self.wanted > self.done:
             self.dispatch(urgent=False)
         return None
 
     def dispatch(self, urgent: bool) -> None:
         """Start a pass from the current state: every started container whose cgroup lags."""
+        self.settle = None
         node = self.core.node
         generation, pool = node.generation, node.shared_pool
         state, per_container = node.state, node.engine.memory is not None
         told = node.told
         # Every shared container wants the same (pool, mems) unless the Memory Manager gives it
         # nodes of its own: computed once per pass, not once per container.
-        shared: tuple[CPUSet, str] | None = None
+        shared: Told | None = None
         work: list[PassItem] = []
         live: list[str] = []
         for t in node.containers.values():

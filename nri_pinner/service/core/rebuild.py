@@ -21,7 +21,7 @@ from ...engine.qos import QoS
 from ...nri.gen import api_pb2 as api
 from .checkpoint import restore_memory
 from .intent import GUARANTEED, UNMANAGED, ContainerIntent, intent_from_nri, qos_from_cgroup_parent
-from .records import NodeState, Told, Tracked
+from .records import Mems, NodeState, Told, Tracked
 
 if TYPE_CHECKING:
     from ..metrics import Metrics
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("nri_pinner.service")
 
 PriorEntries = Mapping[str, Mapping[str, Any]]  # container id -> checkpoint entry
-CgroupReader = Callable[[str], tuple[CPUSet, str] | None]  # cgroups path -> (cpus, mems), None = unreadable
+CgroupReader = Callable[[str], Told | None]  # cgroups path -> (cpus, mems), None = unreadable
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,11 @@ def _cpus(text: str) -> CPUSet:
         return CPUSet.parse(text)
     except CPUSetError:
         return EMPTY
+
+
+def _mems(text: str) -> Mems:
+    """The runtime's cpuset.mems text as node ids (unreadable: unknown, resent)."""
+    return tuple(_cpus(text))
 
 
 def _shared_intent(pod: api.PodSandbox, c: api.Container) -> ContainerIntent:
@@ -123,13 +128,13 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
     for c in sorted(active, key=lambda c: (c.state == api.CONTAINER_STOPPED, c.id not in prior, c.id)):
         pod = pods_by_id[c.pod_sandbox_id]
         intent = _intent(pod, c, out.unreadable)
-        actual, mems = CPUSet(), c.linux.resources.cpu.mems
+        actual, mems = CPUSet(), _mems(c.linux.resources.cpu.mems)
         stopped = c.state == api.CONTAINER_STOPPED
         try:
             entry = prior.get(c.id)
             intent = _with_role(intent, entry)
             if stopped:  # its cgroup is gone: the checkpoint's CPUs, never a new allocation
-                actual, mems = _cpus(str(entry.get("current", ""))) if entry else EMPTY, ""
+                actual, mems = _cpus(str(entry.get("current", ""))) if entry else EMPTY, ()
             else:
                 actual, mems = _current_cpuset(c, cgroup)
             guaranteed = intent.qos == GUARANTEED
@@ -211,7 +216,7 @@ def intent_key(intent: ContainerIntent) -> tuple[str, str]:
     return (intent.pod_key, intent.container)
 
 
-def _current_cpuset(c: api.Container, cgroup: CgroupReader | None) -> tuple[CPUSet, str]:
+def _current_cpuset(c: api.Container, cgroup: CgroupReader | None) -> Told:
     """Stale-cpuset rule (issue 19): a running container's cgroup holds its real cpuset.
 
     Pool changes are written into cgroups directly, so containerd's record (what Synchronize
@@ -222,7 +227,7 @@ def _current_cpuset(c: api.Container, cgroup: CgroupReader | None) -> tuple[CPUS
     held = cgroup(c.linux.cgroups_path) if cgroup is not None and c.linux.cgroups_path else None
     if held is not None:
         return held
-    return _cpus(c.linux.resources.cpu.cpus), c.linux.resources.cpu.mems
+    return _cpus(c.linux.resources.cpu.cpus), _mems(c.linux.resources.cpu.mems)
 
 
 def _place(engine: Engine, state: EngineState, intent: ContainerIntent, n: int, actual: CPUSet,

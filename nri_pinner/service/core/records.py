@@ -119,10 +119,18 @@ def shared_pool_of(engine: Engine, state: EngineState) -> CPUSet:
     return engine.policy.shared_pool(state) or engine.policy.reserved
 
 
+Mems = tuple[int, ...]  # cpuset.mems: NUMA node ids, ascending (the engine's type; text only on the wire)
+
+
+def mems_text(mems: Mems) -> str:
+    """cpuset.mems as NRI and the cgroup file take it: "0,1" ("" = leave mems alone)."""
+    return ",".join(map(str, mems))
+
+
 def desired_of(engine: Engine, state: EngineState, shared: CPUSet, key: tuple[str, str],
-               mems_text: Callable[[CPUSet], str]) -> tuple[CPUSet, str]:
-    """A container's cpuset and cpuset.mems text: its exclusive CPUs or the shared pool; the Memory
-    Manager's nodes win over the CPUs' nodes (``mems_text``: the cached formatter for those)."""
+               mems_of: Callable[[CPUSet], Mems]) -> tuple[CPUSet, Mems]:
+    """A container's cpuset and cpuset.mems: its exclusive CPUs or the shared pool; the Memory
+    Manager's nodes win over the CPUs' nodes (``mems_of``: the nodes of CPUs, cached by the caller)."""
     a = state.get(*key)
     exclusive = a is not None and a.exclusive
     cpus = a.current if a is not None and exclusive else shared
@@ -130,8 +138,8 @@ def desired_of(engine: Engine, state: EngineState, shared: CPUSet, key: tuple[st
     if mems is None and not exclusive and engine.mems == "all":
         mems = engine.all_mems
     if mems is not None:
-        return cpus, ",".join(map(str, mems))
-    return cpus, mems_text(cpus)
+        return cpus, mems
+    return cpus, mems_of(cpus)
 
 
 class PodListing(Protocol):
@@ -143,7 +151,7 @@ class PodListing(Protocol):
     def refresh(self) -> None: ...
 
 
-Told = tuple[CPUSet, str]  # (cpuset.cpus, cpuset.mems text) a container was last told
+Told = tuple[CPUSet, Mems]  # (cpuset.cpus, cpuset.mems) a container was last told
 
 
 @dataclass
@@ -159,8 +167,8 @@ class NodeState:
     # started containers whose cgroup write failed (or systemd refused): only a reply's NRI update reaches them
     via_reply: set[str] = field(default_factory=set)
     listing: PodListing | None = None  # PodResources List (the "podresources" provider), for init/app roles
-    # cpuset.mems text per (engine, cpus): every shared container asks for the same pool's
-    _mems: dict[tuple[Engine, CPUSet], str] = field(default_factory=dict, repr=False)
+    # cpuset.mems per (engine, cpus): every shared container asks for the same pool's
+    _mems: dict[tuple[Engine, CPUSet], Mems] = field(default_factory=dict, repr=False)
 
     def assignment(self, t: Tracked) -> Assignment | None:
         return self.state.get(*t.key)
@@ -170,16 +178,16 @@ class NodeState:
         return shared_pool_of(self.engine, self.state)
 
     def desired(self, t: Tracked) -> Told:
-        return desired_of(self.engine, self.state, self.shared_pool, t.key, self.mems_text)
+        return desired_of(self.engine, self.state, self.shared_pool, t.key, self.mems_of)
 
-    def mems_text(self, cpus: CPUSet) -> str:
+    def mems_of(self, cpus: CPUSet) -> Mems:
         key = (self.engine, cpus)
-        text = self._mems.get(key)
-        if text is None:
+        mems = self._mems.get(key)
+        if mems is None:
             if len(self._mems) >= 4096:
                 self._mems.clear()
-            text = self._mems[key] = ",".join(map(str, self.engine.mems_of(cpus)))
-        return text
+            mems = self._mems[key] = self.engine.mems_of(cpus)
+        return mems
 
     def by_key(self, key: tuple[str, str]) -> Tracked | None:
         found = self.containers.with_key(key)

@@ -17,6 +17,7 @@ from ...engine.cpuset import CPUSet
 from ...engine.qos import QoS
 from .effects import Park
 from .events import CpusetsRead, RuntimeRepaired, TopologyChanged, WriteResult
+from .records import Mems
 
 if TYPE_CHECKING:
     from .node import NodeCore, Reply
@@ -37,7 +38,7 @@ class Drift:
     name: str
     actual: CPUSet
     desired: CPUSet
-    mems: str
+    mems: Mems
     generation: int = 0  # the state generation it was decided at
 
 

@@ -10,22 +10,17 @@ from __future__ import annotations
 
 from ...engine.cpuset import CPUSet
 from ...nri.handlers import CpusetUpdate
-from .records import NodeState
+from .records import Mems, NodeState, mems_text
 
 
-def cpu_update(container_id: str, cpus: CPUSet | str, mems: str) -> CpusetUpdate:
-    return CpusetUpdate(container_id, str(cpus), mems)
-
-
-def neighbour_update(container_id: str, cpus: CPUSet | str, mems: str) -> CpusetUpdate:
-    """An update riding on another container's reply: containerd logs a failed one and goes on; say so."""
-    return CpusetUpdate(container_id, str(cpus), mems, ignore_failure=True)
+def cpu_update(container_id: str, cpus: CPUSet, mems: Mems) -> CpusetUpdate:
+    return CpusetUpdate(container_id, str(cpus), mems_text(mems))
 
 
 def reply_updates(node: NodeState, cgroup_writes: bool, exclude: str = "") -> list[CpusetUpdate]:
     """Containers whose told cpuset differs from the desired one and that only a reply can reach."""
     updates = []
-    texts: dict[CPUSet, str] = {}  # shared containers all get the same pool: format it once
+    texts: dict[tuple[CPUSet, Mems], tuple[str, str]] = {}  # shared containers all get the same pool: format once
     told, via_reply = node.told, node.via_reply
     for t in node.containers.values():
         cid = t.container_id
@@ -35,8 +30,8 @@ def reply_updates(node: NodeState, cgroup_writes: bool, exclude: str = "") -> li
         if told.get(cid) == desired:
             continue
         via_reply.discard(cid)
-        cpus, mems = desired
-        text = texts.get(cpus) or texts.setdefault(cpus, str(cpus))
-        updates.append(CpusetUpdate(cid, text, mems, ignore_failure=True))
+        text = texts.get(desired) or texts.setdefault(desired, (str(desired[0]), mems_text(desired[1])))
+        # riding on another container's reply: containerd logs a failed one and goes on; say so
+        updates.append(CpusetUpdate(cid, *text, ignore_failure=True))
         told[cid] = desired
     return updates

@@ -164,7 +164,7 @@ def _unknown(core: NodeCore, req: api.UpdateContainerRequest) -> Reply:
         pool = node.shared_pool
         log.warning("update of an unknown container answered with the shared pool", container_id=c.id[:12],
                     container=c.name, cpus=str(pool))
-        updates.insert(0, cpu_update(c.id, pool, node.mems_text(pool)))
+        updates.insert(0, cpu_update(c.id, pool, node.mems_of(pool)))
     return UpdatesReply(tuple(updates))
 
 
