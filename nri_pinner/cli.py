@@ -24,7 +24,8 @@ EXIT_CODES = {
 }
 NOT_RUNNING_HINT = (
     "is nri-pinner running? systemctl status nri-pinner "
-    "(pre-installed mode: journalctl -u containerd; DaemonSet: kubectl -n nri-pinner get pods)"
+    "(pre-installed mode: containerd discards its output, its log is the config's log.file; "
+    "DaemonSet: kubectl -n nri-pinner get pods)"
 )
 
 
@@ -60,10 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "object (the scenario's own \"config\" is used; no config file or sysfs_root is read)")
 
     cfg = sub.add_parser("config", help="check a config file, or print the embedded defaults")
-    cfg.add_argument("--check", metavar="FILE",
-                     help="validate FILE as `run` would (every error, with its line) and print the effective "
-                          "settings as TOML")
-    cfg.add_argument("--defaults", action="store_true", help="print the default config file")
+    what = cfg.add_mutually_exclusive_group()
+    what.add_argument("--check", metavar="FILE",
+                      help="validate FILE as `run` would (every error, with its line; warnings on stderr) and "
+                           "print the effective settings as TOML")
+    what.add_argument("--defaults", action="store_true", help="print the default config file (the default action)")
     cfg.add_argument("--json", action="store_true", help="with --check: print the effective settings as JSON")
     cfg.add_argument("--quiet", action="store_true",
                      help="with --check: print nothing when the file is valid (the systemd unit's pre-start check)")
@@ -77,9 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "under $NRI_PINNER_INSTALL_ROOT when that is set)")
     inst.add_argument("--index", default="90", metavar="NN",
                       help="two-digit NRI plugin index, the launcher's name prefix (default: %(default)s)")
-    inst.add_argument("--config", default=CONFIG_PATH,
+    inst.add_argument("--config", default=None,
                       help="config file the launcher runs with; it must pass `config --check` "
-                           "(default: %(default)s)")
+                           f"(default: {CONFIG_PATH}; under $NRI_PINNER_INSTALL_ROOT when that is set)")
     inst.add_argument("--uninstall", action="store_true",
                       help="remove the launcher and the marker that keeps the systemd unit from starting")
     return parser
@@ -129,14 +131,36 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _inspect_socket(given: str | None, config_path: str) -> str:
+    """--socket, else the config's [inspect] socket. A config with errors elsewhere still names its socket
+    (the plugin may run on an earlier version of the file); one that cannot be read gives the default
+    socket. Either is said on stderr; only a missing default config (the embedded defaults) is not."""
     if given is not None:
         return given
+    import tomllib
+
     from .config import ConfigError, InspectSettings, load_file
 
+    default = InspectSettings().socket
     try:
         return load_file(config_path).inspect.socket
-    except ConfigError:  # no readable config: the default socket is still worth a try
-        return InspectSettings().socket
+    except ConfigError as exc:
+        if config_path == CONFIG_PATH and not os.path.exists(config_path):
+            return default
+        first = str(exc).splitlines()[0]
+    check = f"see `nri-pinner config --check {config_path}`"
+    try:
+        with open(config_path, "rb") as f:
+            table = tomllib.load(f).get("inspect", {})
+        sock = table.get("socket", default) if isinstance(table, dict) else default
+    except (OSError, tomllib.TOMLDecodeError):
+        print(f"nri-pinner status: {config_path} cannot be read ({first}); trying the default socket {default}",
+              file=sys.stderr)
+        return default
+    if not isinstance(sock, str):
+        sock = default
+    print(f"nri-pinner status: {config_path} has errors ({first}; {check}); using its [inspect] socket {sock}",
+          file=sys.stderr)
+    return sock
 
 
 def _check_reachable(path: str) -> None:
@@ -200,6 +224,11 @@ def _config(check: str | None, defaults: bool, as_json: bool = False, quiet: boo
         print("\n".join(lines), file=sys.stderr)
         count = max(len(exc.problems), 1)
         raise CLIError(f"{count} error{'s' if count > 1 else ''} in {check}; `nri-pinner run` would refuse it") from exc
+    if host:
+        from .config.validate import host_warnings
+
+        for warning in host_warnings(settings):
+            print(f"warning: {check}: {warning}", file=sys.stderr)
     if not quiet:
         sys.stdout.write(to_json(settings) + "\n" if as_json else to_toml(settings))
     return EXIT_OK

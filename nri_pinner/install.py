@@ -258,7 +258,7 @@ def do_uninstall(plugin_dir: Path, index: str, paths: HostPaths, out: TextIO) ->
 def install(
     plugin_dir: str,
     index: str,
-    config: str,
+    config: str | None,
     uninstall: bool = False,
     *,
     python: str | None = None,
@@ -266,13 +266,20 @@ def install(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """Install (or remove) the launcher ``<plugin_dir>/<index>-nri-pinner``; 0 on success, 2 on refusal."""
+    """Install (or remove) the launcher ``<plugin_dir>/<index>-nri-pinner``; 0 on success, 2 on refusal.
+    ``config`` None: the default config path (under the install root when one is set)."""
+    from .config import CONFIG_PATH
+
     out = out or sys.stdout
     err = err or sys.stderr
     plugins = Path(plugin_dir)
+    if config is None:
+        config = CONFIG_PATH
+        if paths is None and os.environ.get(ROOT_ENV):
+            config = str(Path(os.environ[ROOT_ENV]) / CONFIG_PATH.lstrip("/"))
     if paths is None:
         paths = HostPaths.from_env()
-        if os.environ.get(ROOT_ENV):  # the whole host is redirected, the plugin directory too
+        if os.environ.get(ROOT_ENV):  # the whole host is redirected, the plugin directory and config too
             plugins = paths.root / plugin_dir.lstrip("/")
     try:
         if uninstall:

@@ -5,6 +5,7 @@ at once (problems.py; validate.py: host checks). Keys are read with a section's 
 
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..engine.cpuset import CPUSet, CPUSetError
+from .checks import metrics_address_problem, plugin_name_problem, reserved_memory_problem
+from .checks import seconds_problem as _seconds_problem
 from .policy_options import MIN_MAX_ALLOWABLE_NUMA_NODES, parse_option_table
 from .positions import key_positions, locate
 from .problems import ConfigError, Problem, did_you_mean
@@ -38,6 +41,7 @@ NOT_IMPLEMENTED: dict[tuple[str, str, str], str] = {}
 @dataclass(frozen=True)
 class CPUManagerSettings:
     reserved_cpus: CPUSet | None = None  # explicit list wins over the count
+    policy: str = "static"  # the only one implemented (the kubelet's "none" is nri-pinner not running)
     reserved_cpu_count: int = 0
     policy_options: frozenset[str] = frozenset()
     isolated_cpus: str = "exclusive-first"  # or "unused"
@@ -235,10 +239,21 @@ def load(text: str, source: str = "<config>") -> Settings:
 def _syntax_problem(source: str, text: str, exc: tomllib.TOMLDecodeError) -> Problem:
     found = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
     message = re.sub(r"\s*\((at line \d+, column \d+|at end of document)\)", "", str(exc))
+    # tomllib names a table as a Python tuple, ('a', 'b'): name it as the file does, [a.b]
+    message = re.sub(r"Cannot declare (\(.*\)) twice", lambda m: f"table {_table_name(m.group(1))} declared twice",
+                     message)
     if found:
         return Problem(source, (), f"not valid TOML: {message}", int(found.group(1)), int(found.group(2)))
     lines = text.splitlines() or [""]  # "at end of document"
     return Problem(source, (), f"not valid TOML: {message} (at end of file)", len(lines), len(lines[-1]) + 1)
+
+
+def _table_name(text: str) -> str:
+    try:
+        keys = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+    return "[" + ".".join(str(k) for k in keys) + "]" if isinstance(keys, tuple) else text
 
 
 def from_mapping(data: Mapping[str, Any], source: str = "<config>") -> Settings:
@@ -267,8 +282,8 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
     sysfs_root = root.get("sysfs_root", str, "/")
 
     r = _section(root, "cpu_manager")
-    r.get("policy", str, "static", lambda v: None if v == "static" else
-          f"only 'static' is implemented; got {v!r}")
+    policy = r.get("policy", str, "static",
+                   lambda v: None if v == "static" else f"only 'static' is implemented; got {v!r}")
     reserved_text = r.get("reserved_cpus", str, "")
     try:
         reserved = CPUSet.parse(reserved_text) if reserved_text.strip() else None
@@ -279,7 +294,7 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
     if reserved is not None and count:
         r.report("reserved_cpu_count", "set either reserved_cpus or reserved_cpu_count, not both")
     cpu = CPUManagerSettings(
-        reserved_cpus=reserved, reserved_cpu_count=count,
+        policy=policy, reserved_cpus=reserved, reserved_cpu_count=count,
         policy_options=r.options("policy_options", CPU_POLICY_OPTIONS)[0],
         isolated_cpus=r.choice("isolated_cpus", "exclusive-first", ("exclusive-first", "unused")),
         core_kinds=r.choice("core_kinds", "prefer-same", ("mixed", "prefer-same", "strict")),
@@ -306,7 +321,7 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
 
     r = _section(root, "memory_manager")
     mm = MemoryManagerSettings(
-        reserved_memory=r.get("reserved_memory", str, "", _reserved_memory_problem),
+        reserved_memory=r.get("reserved_memory", str, "", reserved_memory_problem),
         mems=r.choice("mems", "aligned", ("aligned", "all")),
     )
     r.done()
@@ -323,7 +338,7 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
     d = NRISettings()
     nri = NRISettings(
         socket=r.get("socket", str, d.socket),
-        plugin_name=r.get("plugin_name", str, d.plugin_name, _plugin_name_problem),
+        plugin_name=r.get("plugin_name", str, d.plugin_name, plugin_name_problem),
         plugin_index=r.get("plugin_index", str, d.plugin_index, lambda v: None if len(v) == 2 and v.isdigit()
                            else f"must be exactly two digits; got {v!r}"),
         on_reject=r.choice("on_reject", d.on_reject, ("fail", "shared")),
@@ -361,7 +376,7 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
     md = MetricsSettings()
     metrics = MetricsSettings(
         enabled=r.get("enabled", bool, md.enabled),
-        address=r.get("address", str, md.address),
+        address=r.get("address", str, md.address, metrics_address_problem),
         port=r.get("port", int, md.port, lambda v: None if 0 < v < 65536 else "must be a TCP port (1-65535)"),
     )
     r.done()
@@ -379,22 +394,3 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
     return Settings(sysfs_root=sysfs_root, cpu_manager=cpu, topology_manager=topo, hints=hints,
                     memory_manager=mm, podresources=podres, nri=nri,
                     reconcile=rec, state=state, inspect=inspect, metrics=metrics, log=log)
-
-
-def _seconds_problem(low: float, high: float) -> Callable[[float], str | None]:
-    return lambda v: None if low <= v <= high else f"must be between {low:g} and {high:g}"
-
-
-def _reserved_memory_problem(v: str) -> str | None:
-    from ..engine.memorymanager.provider import parse_reserved_memory
-    try:
-        parse_reserved_memory(v)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-def _plugin_name_problem(v: str) -> str | None:
-    if not v or any(not (ch.isalnum() or ch in "_.+-") for ch in v):
-        return f"must be non-empty and use only letters, digits and _.+- ; got {v!r}"
-    return None

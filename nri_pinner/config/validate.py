@@ -16,6 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..engine.cpuset import CPUSet
+from .checks import resolve_problem
 from .positions import key_positions, locate
 from .problems import ConfigError, Problem
 from .settings import Settings, load
@@ -43,16 +45,15 @@ def host_problems(settings: Settings, source: str) -> list[Problem]:
     from ..engine.errors import EngineError
     from ..engine.topology.sysfs import SysfsError, discover
 
+    problems: list[Problem] = []
+    if settings.metrics.enabled and (unresolved := resolve_problem(settings.metrics.address)):
+        problems.append(Problem(source, ("metrics", "address"), unresolved))
     try:
         topology = discover(settings.sysfs_root)
     except (SysfsError, OSError) as exc:
-        return [Problem(source, ("sysfs_root",), f"cannot read the CPU topology under {settings.sysfs_root!r} "
-                        f"on this host: {exc}")]
-    problems: list[Problem] = []
-    # Providers with sources of their own (memory capacities, NIC lookups, the kubelet's PodResources)
-    # are wired up by `run`; the engine's checks here need only the ones it builds itself.
-    settings = replace(settings, hints=replace(settings.hints, providers=tuple(
-        p for p in settings.hints.providers if p in ("cpu", "devices"))))
+        return [*problems, Problem(source, ("sysfs_root",), f"cannot read the CPU topology under "
+                                   f"{settings.sysfs_root!r} on this host: {exc}")]
+    settings = _engine_only(settings)
     cm = settings.cpu_manager
     # The engine stops at its first objection: try again without the options and without the
     # reservation, so that neither hides a problem with the other.
@@ -70,6 +71,37 @@ def host_problems(settings: Settings, source: str) -> list[Problem]:
                 seen.add(str(exc))
                 problems.append(Problem(source, _host_key(str(exc), settings), f"on this host: {exc}"))
     return problems
+
+
+def reserved_warnings(reserved: CPUSet, online: CPUSet) -> list[str]:
+    """What is accepted but leaves nothing to pin (warned by `config --check` and at `run`'s start)."""
+    if online and online.issubset(reserved):
+        return [f"the reserved CPUs ({reserved}) are every online CPU ({online}): no CPU can be given to a "
+                "container exclusively, every Guaranteed container with whole CPUs is refused (or kept "
+                "shared, nri.on_reject) and every other container runs on the reserved CPUs"]
+    return []
+
+
+def host_warnings(settings: Settings) -> list[str]:
+    """Warnings about a valid config on this host (see `reserved_warnings`); none when the host's checks
+    fail (those are errors, reported by `host_problems`)."""
+    from ..engine.admission import Engine
+    from ..engine.errors import EngineError
+    from ..engine.topology.sysfs import SysfsError, discover
+
+    try:
+        topology = discover(settings.sysfs_root)
+        engine = Engine.from_settings(_engine_only(settings), topology)
+    except (SysfsError, OSError, EngineError, ValueError):
+        return []
+    return reserved_warnings(engine.policy.reserved, topology.online)
+
+
+def _engine_only(settings: Settings) -> Settings:
+    """Without the providers that have sources of their own (memory capacities, NIC lookups, the
+    kubelet's PodResources): `run` wires those up; the engine's checks need only the others."""
+    return replace(settings, hints=replace(settings.hints, providers=tuple(
+        p for p in settings.hints.providers if p in ("cpu", "devices"))))
 
 
 def check_text(text: str, source: str, host: bool = True) -> Settings:

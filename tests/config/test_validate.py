@@ -141,3 +141,57 @@ z = 5
     assert pos[("a", "s")] == (7, 1) and pos[("a", "t")] == (10, 1)
     assert pos[("a", "t", "k")] == (10, 7) and pos[("a", "t", "q.r")] == (10, 14)
     assert pos[("a", "b", "d", "e")] == (12, 1) and pos[("arr", "z")] == (14, 1)
+
+
+# -- issue 35: what `config --check` let through or printed badly -----------------------------------
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[cpu_manager]\nreserved_cpus = \"0\"\n[cpu_manager]\n", "c.toml:3:13: not valid TOML: table [cpu_manager] "
+                                                                  "declared twice"),
+        ("[a.b]\n[a.b]\n", "c.toml:2:5: not valid TOML: table [a.b] declared twice"),
+    ],
+)
+def test_a_table_declared_twice_is_named_as_the_file_names_it(text: str, expected: str) -> None:
+    (found,) = problems(text)
+    assert found == expected
+    assert "('" not in found
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "0.0.0.0", "::", "::1", "fe80::1", "localhost",
+                                     "metrics.node-1.example", "node1."])
+def test_metrics_address_accepts_ip_addresses_and_host_names(address: str) -> None:
+    assert load(f'[metrics]\naddress = "{address}"\n').metrics.address == address
+
+
+@pytest.mark.parametrize("address", ["not an address", "", "127.0.0.1:9766", "http://localhost", "-bad.example",
+                                     "300.1.2.3", "a..b"])
+def test_metrics_address_refuses_what_cannot_be_bound(address: str) -> None:
+    (found,) = problems(f'[metrics]\naddress = "{address}"\n')
+    assert found.startswith("c.toml:2:1: metrics.address: must "), found
+
+
+def test_an_unresolvable_metrics_host_is_a_host_problem() -> None:
+    text = f'sysfs_root = "{VM_2CPU}"\n[metrics]\nenabled = true\naddress = "no-such-host.invalid"\n'
+    (found,) = problems(text, host=True)
+    assert found.startswith("c.toml:4:1: metrics.address: on this host: 'no-such-host.invalid' does not resolve")
+    check_text(text, "c.toml", host=False)  # meant for another host: its own resolver decides
+    check_text(text.replace("enabled = true", "enabled = false"), "c.toml", host=True)  # not used: not resolved
+
+
+def test_effective_settings_name_the_cpu_manager_policy() -> None:
+    settings = check_text(f'sysfs_root = "{VM_2CPU}"\n', "c.toml")
+    assert settings.cpu_manager.policy == "static"
+    assert '[cpu_manager]\nreserved_cpus = ""\npolicy = "static"\n' in to_toml(settings)
+    assert json.loads(to_json(settings))["cpu_manager"]["policy"] == "static"
+
+
+def test_reserving_every_online_cpu_is_warned_not_refused() -> None:
+    from nri_pinner.config.validate import host_warnings
+
+    for reserve in ('reserved_cpus = "0-1"', "reserved_cpu_count = 2"):
+        settings = check_text(f'sysfs_root = "{VM_2CPU}"\n[cpu_manager]\n{reserve}\n', "c.toml")
+        (warning,) = host_warnings(settings)
+        assert "are every online CPU (0-1)" in warning and "no CPU can be given to a container exclusively" in warning
+    assert host_warnings(check_text(f'sysfs_root = "{VM_2CPU}"\n[cpu_manager]\nreserved_cpus = "0"\n', "c.toml")) == []

@@ -125,3 +125,49 @@ def test_completions_know_every_subcommand_and_option(tmp_path: Path) -> None:
         for action in parser._actions:
             for flag in [] if isinstance(action, argparse._HelpAction) else action.option_strings:
                 assert flag in bash and f"'{flag}[" in zsh, (name, flag)
+
+
+# -- issue 35 item 8 -----------------------------------------------------------------------------------
+
+def test_status_says_when_its_config_cannot_be_used(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sock = tmp_path / "inspect.sock"
+    cfg = tmp_path / "c.toml"
+    # Another key is wrong: the socket the file names is still the one tried, and the error is said.
+    cfg.write_text(f'[inspect]\nsocket = "{sock}"\n[cpu_manager]\nreserved = 1\n')
+    assert main(["status", "--config", str(cfg)]) == 3
+    err = capsys.readouterr().err
+    assert f"cannot reach the plugin at {sock}" in err
+    assert f"{cfg} has errors" in err and "nri-pinner config --check" in err, err
+    # Not TOML at all: the default socket, and saying so.
+    cfg.write_text("[inspect\n")
+    main(["status", "--config", str(cfg)])
+    err = capsys.readouterr().err
+    assert f"{cfg} cannot be read" in err and "trying the default socket /run/nri-pinner/nri-pinner.sock" in err, err
+
+
+def test_not_running_hint_says_where_a_pre_installed_plugin_logs(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--socket", str(tmp_path / "none.sock")]) == 3
+    err = capsys.readouterr().err
+    assert "journalctl -u containerd" not in err  # containerd discards a pre-installed plugin's output
+    assert "log.file" in err
+
+
+def test_check_and_defaults_together_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(BAD)
+    with pytest.raises(SystemExit) as info:
+        main(["config", "--check", str(cfg), "--defaults"])
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    assert "not allowed with argument" in captured.err and captured.out == ""
+
+
+def test_check_warns_when_every_cpu_is_reserved(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "all.toml"
+    cfg.write_text(f'sysfs_root = "{FIXTURE}"\n[cpu_manager]\nreserved_cpus = "0-11"\n')
+    assert main(["config", "--check", str(cfg), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("warning: ") and "every online CPU (0-11)" in err, err
+    assert main(["config", "--check", str(cfg), "--no-host", "--quiet"]) == 0  # no host: nothing to compare with
+    assert capsys.readouterr().err == ""

@@ -184,3 +184,22 @@ def test_refuses_a_config_that_run_would_refuse_before_writing(host: Path, confi
     rc, _, err = run_install(host)
     assert rc == 2 and expected in err, err
     assert not (host / "plugins").exists() and not HostPaths(host).marker.exists()
+
+
+def test_install_root_re_roots_the_default_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """NRI_PINNER_INSTALL_ROOT puts every host path under DIR: the default --config too (issue 35)."""
+    (tmp_path / "proc").mkdir()
+    config = tmp_path / "etc/nri-pinner/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[log]\nfile = "/var/log/nri-pinner.log"\n[cpu_manager]\nreserved_cpus = ""\n')
+    monkeypatch.setenv("NRI_PINNER_INSTALL_ROOT", str(tmp_path))
+    assert main(["install"]) == 0, capsys.readouterr().err
+    launcher = tmp_path / "opt/nri/plugins/90-nri-pinner"
+    assert launcher.read_text().splitlines()[-1].endswith(f" run --config {config}")
+    assert main(["install", "--uninstall"]) == 0
+    # An explicit --config is taken as given.
+    other = tmp_path / "other.toml"
+    other.write_text(config.read_text())
+    assert main(["install", "--config", str(other)]) == 0
+    assert launcher.read_text().splitlines()[-1].endswith(f" run --config {other}")

@@ -136,6 +136,48 @@ async def test_only_three_paths_are_served(listening: tuple[Service, Listener, s
     assert code == 200
 
 
+def head(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("HEAD", path)
+        reply = conn.getresponse()
+        return reply.status, dict(reply.getheaders()), reply.read()
+    finally:
+        conn.close()
+
+
+async def test_head_is_answered_as_get_without_a_body(listening: tuple[Service, Listener, str]) -> None:
+    port = listening[1].port
+    for path, code in (("/healthz", 200), ("/readyz", 503), ("/metrics", 200), ("/nope", 404)):
+        got, headers, body = await asyncio.to_thread(head, port, path)
+        assert (got, body) == (code, b""), path
+        assert headers["Content-Type"].startswith("text/plain") and int(headers["Content-Length"]) > 0
+
+    def twice_on_one_connection() -> list[tuple[int, bytes]]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            replies = []
+            for path in ("/healthz", "/readyz"):
+                conn.request("HEAD", path)
+                reply = conn.getresponse()
+                replies.append((reply.status, reply.read()))
+            return replies
+        finally:
+            conn.close()
+
+    # the connection stays usable: HEAD wrote no body that a client would read as the next reply
+    assert await asyncio.to_thread(twice_on_one_connection) == [(200, b""), (503, b"")]
+
+
+async def test_a_host_name_address_is_listened_on(workdir: Path) -> None:
+    svc = new_service(make_settings(workdir))
+    listener = Listener(svc.metrics, "localhost", 0, asyncio.get_running_loop())
+    try:
+        assert await aget(listener.port, "/healthz") == (200, "ok\n")
+    finally:
+        listener.stop()
+
+
 async def test_healthz_fails_while_the_event_loop_is_wedged(workdir: Path) -> None:
     svc = new_service(make_settings(workdir))
     listener = Listener(svc.metrics, "127.0.0.1", 0, asyncio.get_running_loop(), alive_timeout=0.3)
@@ -162,7 +204,7 @@ async def test_series_exist_at_zero_and_count_per_numa_node(listening: tuple[Ser
     assert series(m, "nri_pinner_pinning_errors_total") == {(("reason", r),): 0 for r in REJECTIONS}
     assert series(m, "nri_pinner_fail_open_total") == {(("cause", "rejected"),): 0, (("cause", "timeout"),): 0}
     assert series(m, "nri_pinner_late_handler_replies_total") == {
-        (("method", "CreateContainer"),): 0, (("method", "UpdateContainer"),): 0}
+        (("method", "CreateContainer"),): 0, (("method", "StartContainer"),): 0, (("method", "UpdateContainer"),): 0}
     assert series(m, "nri_pinner_resizes_total") == {
         **{(("outcome", k), ("reason", "")): 0 for k in RESIZE_KINDS},
         **{(("outcome", "refused"), ("reason", r)): 0 for r in RESIZE_REFUSALS}}
@@ -174,6 +216,7 @@ async def test_series_exist_at_zero_and_count_per_numa_node(listening: tuple[Ser
     assert series(m, "nri_pinner_numa_online_cpus") == {(("numa_node", "0"),): 6, (("numa_node", "1"),): 6}
     assert series(m, "nri_pinner_numa_exclusive_cpus") == {(("numa_node", "0"),): 0, (("numa_node", "1"),): 0}
     assert series(m, "nri_pinner_numa_shared_cpus") == {(("numa_node", "0"),): 6, (("numa_node", "1"),): 6}
+    assert m[("nri_pinner_shared_pool_cpus", ())] == 12 == len(svc.plugin.view().shared_pool)  # before any event
 
     async with FakeRuntime(CONTAINERD_2_3_0) as runtime:
         await runtime.listen(svc.settings.nri.socket)
