@@ -20,9 +20,10 @@ import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 
-from ..topologymanager.cpu_hints import CPUTopologyHints, _subsets_ascending
+from ..topologymanager.cpu_hints import CPUTopologyHints
 from ..topologymanager.hints import TopologyHint, nodes_of
 from ..topologymanager.implicit import UpForm
+from ..topologymanager.subsets import _subsets_ascending
 
 
 class MemoryHints(CPUTopologyHints):

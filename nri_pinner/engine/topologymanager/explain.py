@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from ..errors import TopologyAffinityError
 from .hints import ResourceHints, format_mask
-from .merge import MergeResult, TopologyManager, merge
+from .merge import MergeResult, TopologyManager, admits
 
 FIXED = ("devices", "static")  # providers describing what the container already has
 
@@ -45,14 +45,14 @@ def blame(manager: TopologyManager, names: Sequence[str], answers: Sequence[Reso
             continue
         rest = list(answers)
         rest[i] = None
-        if merge(manager, rest).admit:
+        if admits(manager, rest):
             resources = [r for r, h in answer.items() if h is not None]
             label = names[i]
             if len(resources) > 1:
                 culprits = []
                 for r in resources:
                     rest[i] = {k: v for k, v in answer.items() if k != r}
-                    if merge(manager, rest).admit:
+                    if admits(manager, rest):
                         culprits.append(r)
                 resources = culprits or resources
             found.append(f"{label}[{','.join(resources)}]" if resources and label != "cpu" else label)

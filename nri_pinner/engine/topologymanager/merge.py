@@ -42,15 +42,16 @@ cross product explodes. We return the kubelet's exact answer without it:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ..errors import TopologyAffinityError
 from ..topology.model import Topology
 from .cpu_hints import CPUTopologyHints
-from .hints import HintProvider, HintRequest, ResourceHints, TopologyHint, format_mask, mask_of, nodes_of
+from .hints import HintProvider, HintRequest, ResourceHints, TopologyHint, format_mask, mask_of
 from .implicit import best_non_preferred_implicit
+from .order import Distance, _Order
 from .upset import UpSetHints, best_non_preferred, fold
 
 
@@ -59,9 +60,6 @@ class Policy(StrEnum):
     BEST_EFFORT = "best-effort"
     RESTRICTED = "restricted"
     SINGLE_NUMA_NODE = "single-numa-node"
-
-
-Distance = Callable[[int, int], int]
 
 
 def _default_distance(a: int, b: int) -> int:
@@ -158,6 +156,24 @@ def merge(manager: TopologyManager, providers_hints: Sequence[ResourceHints | No
         f"Resources cannot be allocated with Topology locality (policy {policy.value}, best hint {hint})"))
 
 
+def admits(manager: TopologyManager, providers_hints: Sequence[ResourceHints | None]) -> bool:
+    """``merge(...).admit`` without the non-preferred search: under restricted and single-numa-node
+    a merge admits exactly when a preferred hint exists (a rejection's explanation asks this once
+    per provider)."""
+    policy = manager.policy
+    if policy is Policy.NONE or policy is Policy.BEST_EFFORT:
+        return True
+    default = manager.default_mask
+    sources = _filter_providers_hints(providers_hints)
+    single = policy is Policy.SINGLE_NUMA_NODE
+    if single:
+        sources = [_single_numa_hints(s) for s in sources]
+    order = _Order(manager.distance, manager.numa_nodes,
+                   closest=manager.prefer_closest_numa_nodes and not single, memo=manager.memo)
+    family, others, explicit = _split(sources, default)
+    return _best_preferred(explicit, family, default, order, others) is not None
+
+
 # -- filtering (kubelet filterProvidersHints / filterSingleNumaHints) ------------
 
 
@@ -217,53 +233,17 @@ def best_non_preferred_count(sources: Iterable[Source]) -> int:
     return best
 
 
-# -- ranking ------------------------------------------------------------------------
-
-
-class _Order:
-    """The kubelet's hint comparison as sort keys (smaller key = better hint)."""
-
-    def __init__(self, distance: Distance, nodes: Sequence[int], *, closest: bool,
-                 memo: dict[object, object] | None = None) -> None:
-        self.closest = closest
-        self._distance = distance
-        memo = {} if memo is None else memo
-        table = memo.get("table") if closest else {}
-        if table is None:
-            table = memo["table"] = {a: {b: distance(a, b) for b in nodes} for a in nodes}
-        self.table: dict[int, dict[int, int]] = table  # type: ignore[assignment]
-
-    def mean_distance(self, mask: int) -> float:
-        nodes = nodes_of(mask)
-        total = sum(self._distance(a, b) for a in nodes for b in nodes)
-        return total / (len(nodes) * len(nodes))  # same float as the kubelet's sum/count
-
-    def same_size_key(self, mask: int) -> tuple[float, int]:
-        return (self.mean_distance(mask), mask) if self.closest else (0.0, mask)
-
-    def preferred_key(self, mask: int) -> tuple[int, float, int]:
-        return (mask.bit_count(), *self.same_size_key(mask))
-
-    def non_preferred_key(self, mask: int, best_count: int) -> tuple[int, int, float, int]:
-        size = mask.bit_count()
-        tier = 0 if size == best_count else (1 if size < best_count else 2)
-        return (tier, abs(size - best_count), *self.same_size_key(mask))
-
-    @staticmethod
-    def non_preferred_sizes(best_count: int, largest: int) -> list[int]:
-        """Sizes in the order the non-preferred ranking visits them."""
-        first = [best_count] if 1 <= best_count <= largest else []
-        below = list(range(min(best_count - 1, largest), 0, -1))
-        return first + below + list(range(max(best_count + 1, 1), largest + 1))
-
-
 # -- the merge ------------------------------------------------------------------------
 
 
-def _best_hint(sources: list[Source], default: int, order: _Order, *, single: bool = False) -> TopologyHint:
+Explicit = list[tuple[TopologyHint, ...] | UpSetHints]
+
+
+def _split(sources: list[Source], default: int) -> tuple[CPUTopologyHints | None, list[CPUTopologyHints], Explicit]:
+    """(the implicit family the search walks, further implicit sources, explicit ones)."""
     family: CPUTopologyHints | None = None
     others: list[CPUTopologyHints] = []  # further implicit sources (device, memory hints)
-    explicit: list[tuple[TopologyHint, ...] | UpSetHints] = []
+    explicit: Explicit = []
     for source in sources:
         if type(source) is tuple:
             explicit.append(source)
@@ -276,6 +256,11 @@ def _best_hint(sources: list[Source], default: int, order: _Order, *, single: bo
                 others.append(source)
         else:
             explicit.append(source)
+    return family, others, explicit
+
+
+def _best_hint(sources: list[Source], default: int, order: _Order, *, single: bool = False) -> TopologyHint:
+    family, others, explicit = _split(sources, default)
     best = _best_preferred(explicit, family, default, order, others)
     if best is not None:
         return TopologyHint(best, True)
