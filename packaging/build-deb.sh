@@ -122,6 +122,7 @@ find "$stage$venv/lib" -type f -name '*.so' -exec strip --strip-unneeded --remov
 [ -z "$(find "$stage$venv" -name '*.pyc' -print -quit)" ] || { echo "build-deb.sh: .pyc in the stage" >&2; exit 1; }
 install -m 0644 "$repo/systemd/nri-pinner.service" "$stage/usr/lib/systemd/system/nri-pinner.service"
 install -m 0644 "$repo/nri_pinner/config/default.toml" "$stage/etc/nri-pinner/config.toml"
+install -D -m 0644 "$repo/packaging/deb/logrotate" "$stage/etc/logrotate.d/nri-pinner"
 ln -s ../lib/nri-pinner/venv/bin/nri-pinner "$stage/usr/bin/nri-pinner"
 gzip -9n <"$build_dir/nri-pinner.1" >"$stage/usr/share/man/man1/nri-pinner.1.gz"
 install -m 0644 "$build_dir/nri-pinner.bash" "$stage/usr/share/bash-completion/completions/nri-pinner"

@@ -143,8 +143,11 @@ def test_package_metadata_and_contents(deb: Path) -> None:
     control = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(deb)], capture_output=True, check=True).stdout
     members = subprocess.run(["tar", "-t"], input=control, capture_output=True, check=True).stdout.decode()
     assert {"./conffiles", "./md5sums", "./preinst", "./postinst", "./prerm", "./postrm"} <= set(members.split())
+    conffiles = subprocess.run(["tar", "-xO", "./conffiles"], input=control, capture_output=True, check=True).stdout
+    assert conffiles.decode().split() == ["/etc/nri-pinner/config.toml", "/etc/logrotate.d/nri-pinner"]
     listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
-    for path in (f".{UNIT_PATH}", "./etc/nri-pinner/config.toml", "./usr/bin/nri-pinner",
+    for path in (f".{UNIT_PATH}", "./etc/nri-pinner/config.toml", "./etc/logrotate.d/nri-pinner",
+                 "./usr/bin/nri-pinner",
                  "./usr/share/man/man1/nri-pinner.1.gz", "./usr/share/doc/nri-pinner/changelog.gz",
                  "./usr/share/doc/nri-pinner/copyright", "./usr/share/bash-completion/completions/nri-pinner",
                  "./usr/share/zsh/vendor-completions/_nri-pinner", f".{VENV}/pyvenv.cfg", f".{VENV}/bin/nri-pinner",
