@@ -85,7 +85,6 @@ def load() -> str:
 
 
 def run(repeat: int, seed: int, options: tuple[str, ...]) -> bool:
-    rng = random.Random(seed)
     topology = machine(2, 8, 32, 2)
     nodes = len(topology.numa_nodes)
     print(f"Engine.admit with cpu+devices+memory+nics, 1024cpu/16numa, {repeat} samples per row; "
@@ -99,6 +98,7 @@ def run(repeat: int, seed: int, options: tuple[str, ...]) -> bool:
                 continue  # the kubelet refuses this pair (PolicyOptionError)
             nics = NicTable()
             engine = make_engine(topology, option, policy, nics)
+            rng = random.Random(f"{seed}/{option}/{policy}")  # a row's node does not depend on --option
             for state_label, state in (("empty", engine.initial_state()), ("half-used", half_used(engine, rng, nics))):
                 for n in SIZES:
                     reqs = [request(rng, f"bench{i}", n, nodes, nics) for i in range(repeat)]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import InsufficientCPUs
 from .distributed_classes import active_combinations, class_floors, rank, unrank
@@ -243,6 +243,35 @@ def _carry_out(idx: TopologyIndex, acc: Accumulator, plan: Plan, n: int, group: 
     return False
 
 
+def _least_first(numas: list[int], k: int, free_per_numa: dict[int, int], distribution: int,
+                 floor_of: Callable[[tuple[int, ...]], float | None], n: int, group: int,
+                 floors: dict[tuple[int, ...], float | None],
+                 ) -> tuple[int, float, tuple[int, ...] | None, Plan] | None:
+    """The kubelet's pick among the k-combinations (the first, in its order, of those with the least
+    score), scoring them by ascending floor: once a floor exceeds the least score found, nothing
+    left can reach it; a floor equal to it can only tie, which counts for an earlier combination."""
+    ranked = []
+    for i, (_, combo) in enumerate(active_combinations(numas, k, free_per_numa, None, distribution,
+                                                       lambda: math.inf)):
+        floor = floor_of(combo)
+        if floor is not None:
+            ranked.append((floor, i, combo))
+    ranked.sort()
+    best: tuple[float, int, tuple[int, ...], tuple[int, ...] | None, tuple[int, ...]] | None = None
+    for floor, i, combo in ranked:
+        if best is not None and (floor > best[0] or (floor == best[0] and i > best[1])):
+            if floor > best[0]:
+                break
+            continue
+        scored = _best_for_combo(combo, free_per_numa, numas, n, group, math.inf, floors)
+        if scored is not None and (best is None or scored[0] < best[0] or (scored[0] == best[0] and i < best[1])):
+            best = (scored[0], i, combo, scored[1], scored[2])
+    if best is None or best[0] == math.inf:
+        return None
+    score, _, combo, rest_view, rest = best
+    return rank(len(numas), [numas.index(x) for x in combo]), score, rest_view, (combo, rest)
+
+
 def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: bool) -> int:
     if n % group:
         return packed_mask(idx, free, n, spread, False)
@@ -279,6 +308,15 @@ def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: 
         best: tuple[int, tuple[int, ...] | None, Plan] | None = None
         total = math.comb(len(numas), k)
         seen = total  # combinations the kubelet's loop generates (it checks for a perfect score after each)
+        if classes is None:  # counts mostly distinct: score by floor, best floors first
+            found = _least_first(numas, k, free_per_numa, distribution, floor_of, n, group, floors)
+            if found is None:
+                continue
+            position, score, rest_view, scored_plan = found
+            best = (position, rest_view, scored_plan)
+            if score == 0:  # the kubelet stops at the next combination
+                seen = min(position + 2, total)
+            classes = []  # the walk below has nothing left to do
         # iterateCombinations order, less the combinations whose floor cannot beat the best so far
         # the lambda reads best_balance late on purpose: the walk prunes by the best so far
         for at, combo in active_combinations(numas, k, free_per_numa, classes, distribution,
