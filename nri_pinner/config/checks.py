@@ -46,19 +46,3 @@ def metrics_address_problem(v: str) -> str | None:
             and not v.replace(".", "").isdigit():
         return None
     return f"must be an IP address (IPv4 or IPv6, e.g. \"127.0.0.1\", \"::1\", \"0.0.0.0\") or a host name; got {v!r}"
-
-
-def resolve_problem(host: str) -> str | None:
-    """A host name's lookup on this host (an IP address needs none)."""
-    import socket
-
-    try:
-        ipaddress.ip_address(host)
-        return None
-    except ValueError:
-        pass
-    try:
-        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        return f"on this host: {host!r} does not resolve: {exc.strerror or exc}"
-    return None

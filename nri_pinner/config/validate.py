@@ -9,15 +9,16 @@ Also renders the effective settings as TOML (read back by `load` to the same set
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import math
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..engine.cpuset import CPUSet
-from .checks import resolve_problem
 from .positions import key_positions, locate
 from .problems import ConfigError, Problem
 from .settings import Settings, load
@@ -190,3 +191,17 @@ def to_toml(settings: Settings) -> str:
 
 def to_json(settings: Settings) -> str:
     return json.dumps(as_data(settings), indent=1, sort_keys=False)
+
+
+def resolve_problem(host: str) -> str | None:
+    """A host name's lookup on this host (an IP address needs none)."""
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return f"on this host: {host!r} does not resolve: {exc.strerror or exc}"
+    return None
