@@ -230,7 +230,7 @@ class CpusetWriter:
               known: tuple[CPUSet | None, Mems] | None = None) -> None:
         """Make the container's cgroup hold `cpus` / `mems` (() = leave mems alone).
 
-        `known` is what this writer last put there (the syncer's record): those files are not read
+        `known` is what this writer last put there (the core's record of what it told): those files are not read
         back, which halves the syscalls of a pool change. Drift behind our back is the repair
         timer's business, and it calls without `known`.
         """
@@ -351,7 +351,7 @@ class CpusetWriter:
         return {**asdict(self.counts), "open_files": len(self.files)}
 
     def retain(self, cgroups_paths: Iterable[str]) -> None:
-        """Forget every container but these (the syncer calls it when containers went away)."""
+        """Forget every container but these (a pass calls it when containers went away)."""
         tops = {self._dir(p) for p in cgroups_paths}
         self.files.retain(tops)
         self._balance_done &= tops

@@ -70,7 +70,7 @@ def decode(data: bytes) -> LoadedCheckpoint:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What the body is built from. `containers` is a copy of the tracker's dict: its `Tracked`
+    """What the body is built from. `containers` is a copy of the core's records dict: its `Tracked`
     records are shared, but the fields read here (ids, the intent's key) never change."""
 
     state: EngineState

@@ -264,23 +264,23 @@ def _insert(state: EngineState, intent: ContainerIntent, admitted: CPUSet, curre
     return state.hold(a)
 
 
-def repin_waiting(tracker: NodeState, waiting: list[str]) -> list[str]:
+def repin_waiting(node: NodeState, waiting: list[str]) -> list[str]:
     """Guaranteed containers the rebuild left on the shared pool get exclusive CPUs, oldest first, as
     soon as some are free (before a newer container can take them). The new cpusets reach the runtime
     like a drift repair: in the next reply's updates or from the reconcile timer."""
     messages: list[str] = []
-    engine = tracker.engine
+    engine = node.engine
     for cid in list(waiting):
-        t = tracker.containers.get(cid)
-        if t is None or t.stopped or t.intent.qos is not QoS.GUARANTEED or _exclusive(tracker.state, t.intent):
+        t = node.containers.get(cid)
+        if t is None or t.stopped or t.intent.qos is not QoS.GUARANTEED or _exclusive(node.state, t.intent):
             waiting.remove(cid)
             continue
         i = t.intent
         request = AdmissionRequest(i.pod_key, i.container, i.qos, i.request_milli, i.limit_milli, init=i.init,
                                    restartable=i.restartable)
-        state, decision = engine.admit(engine.remove(tracker.state, *t.key), request)
+        state, decision = engine.admit(engine.remove(node.state, *t.key), request)
         if decision.admitted and decision.exclusive:
-            tracker.state = state
+            node.state = state
             waiting.remove(cid)
             messages.append(f"{i.namespace}/{i.pod_name}/{i.container}: pinned on exclusive CPUs {decision.cpus} "
                             "after waiting on the shared pool")

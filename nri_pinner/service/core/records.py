@@ -36,7 +36,7 @@ class Tracked:
     hints: dict[str, Any] = field(default_factory=dict)  # merged hint + each provider's, from admission
     last_resize: dict[str, Any] | None = None  # the newest in-place resize's result (status), replaced whole
     # the generation of the change that gave this container its CPUs (create, a resize before start):
-    # its StartContainer waits for a syncer pass begun there or later (0: the newest generation)
+    # its StartContainer waits for a pass begun there or later (0: the newest generation)
     start_after: int = 0
 
     @property
