@@ -130,7 +130,7 @@ def test_closest_candidates_come_in_the_merges_order() -> None:
     asymmetric distance tables too."""
     from nri_pinner.engine.topologymanager.hints import masks_of_size
     from nri_pinner.engine.topologymanager.implicit import by_distance
-    from nri_pinner.engine.topologymanager.merge import _Order
+    from nri_pinner.engine.topologymanager.order import _Order
 
     rng = random.Random("closest-order")
     for _ in range(200):
