@@ -122,10 +122,7 @@ class PinnerPlugin:
             except Exception as exc:
                 future.set_exception(exc)
                 return
-            if isinstance(reply, Park):
-                self._parked[reply.token] = future.set_result
-            else:
-                future.set_result(reply)
+            self._deliver(reply, future.set_result)
 
         self.thread.submit(call)
         return future
@@ -166,13 +163,24 @@ class PinnerPlugin:
                 if deliver is not None:
                     deliver(effect.reply)
 
-    def _answer(self, reply: object) -> Any:
-        """The core's reply as the stub takes it: a refusal raised, a parked reply deferred."""
+    def _deliver(self, reply: object, resolve: Callable[[Any], None]) -> None:
+        """Hand the core's reply to ``resolve`` now, or when its parked token is resolved."""
+        if isinstance(reply, Park):
+            self._parked[reply.token] = resolve
+        else:
+            resolve(reply)
+
+    @staticmethod
+    def _raise_refusal(reply: object) -> None:
         if isinstance(reply, Refusal):
             raise (ResizeRefused if reply.kind == "resize" else AdmissionRefused)(reply.message)
+
+    def _answer(self, reply: object) -> Any:
+        """The core's reply as the stub takes it: a refusal raised, a parked reply deferred."""
+        self._raise_refusal(reply)
         if isinstance(reply, Park):
             deferred: Deferred[Any] = Deferred()
-            self._parked[reply.token] = deferred.resolve
+            self._deliver(reply, deferred.resolve)
             return deferred
         return reply
 
@@ -232,11 +240,11 @@ class PinnerPlugin:
             lookup = self.nics.start(req.pod)
             if not lookup.done():
                 return self._after_nic_lookup(req, lookup)
-        return self._create(req)  # type: ignore[no-any-return]
+        return self._answer(self._core_create(req))  # type: ignore[no-any-return]
 
-    def _create(self, req: api.CreateContainerRequest) -> Any:
+    def _core_create(self, req: api.CreateContainerRequest) -> object:
         extras = self.intake.extras(req.container, True)  # the core drops memory unless Guaranteed
-        return self._answer(self.handle(ev.CreateContainer(req, extras)))
+        return self.handle(ev.CreateContainer(req, extras))
 
     def _after_nic_lookup(self, req: api.CreateContainerRequest, lookup: Future[Any]) -> Deferred[CreateReply]:
         deferred: Deferred[CreateReply] = Deferred()
@@ -249,14 +257,12 @@ class PinnerPlugin:
             if timed_out and not lookup.done():
                 nics.note_late(req.pod)
             try:
-                reply = self._create(req)
+                reply = self._core_create(req)
+                self._raise_refusal(reply)
             except Exception as exc:
                 deferred.fail(exc)
                 return
-            if isinstance(reply, Deferred):
-                reply.add_done_callback(lambda ok, v: deferred.resolve(v) if ok else deferred.fail(v))  # type: ignore[arg-type]
-            else:
-                deferred.resolve(reply)
+            self._deliver(reply, deferred.resolve)
 
         self._nic_seq += 1
         name = f"nic:{self._nic_seq}"

@@ -141,12 +141,8 @@ def merge(manager: TopologyManager, providers_hints: Sequence[ResourceHints | No
     if policy is Policy.NONE:
         return MergeResult(ANY_NOT_PREFERRED, True)
     default = manager.default_mask
-    sources = _filter_providers_hints(providers_hints)
     single = policy is Policy.SINGLE_NUMA_NODE
-    if single:
-        sources = [_single_numa_hints(s) for s in sources]
-    order = _Order(manager.distance, manager.numa_nodes,
-                   closest=manager.prefer_closest_numa_nodes and not single, memo=manager.memo)
+    sources, order = _prepared(manager, providers_hints, single)
     hint = _best_hint(sources, default, order, single=single)
     if single and hint.affinity == default:
         hint = TopologyHint(None, hint.preferred)
@@ -154,6 +150,17 @@ def merge(manager: TopologyManager, providers_hints: Sequence[ResourceHints | No
         return MergeResult(hint, True)
     return MergeResult(hint, False, TopologyAffinityError(
         f"Resources cannot be allocated with Topology locality (policy {policy.value}, best hint {hint})"))
+
+
+def _prepared(manager: TopologyManager, providers_hints: Sequence[ResourceHints | None],
+              single: bool) -> tuple[list[Source], _Order]:
+    """The providers' hints as a merge reads them (single-numa-node: one-node hints only) and the
+    ranking it uses (closest-first unless single-numa-node)."""
+    sources = _filter_providers_hints(providers_hints)
+    if single:
+        sources = [_single_numa_hints(s) for s in sources]
+    return sources, _Order(manager.distance, manager.numa_nodes,
+                           closest=manager.prefer_closest_numa_nodes and not single, memo=manager.memo)
 
 
 def admits(manager: TopologyManager, providers_hints: Sequence[ResourceHints | None]) -> bool:
@@ -164,12 +171,7 @@ def admits(manager: TopologyManager, providers_hints: Sequence[ResourceHints | N
     if policy is Policy.NONE or policy is Policy.BEST_EFFORT:
         return True
     default = manager.default_mask
-    sources = _filter_providers_hints(providers_hints)
-    single = policy is Policy.SINGLE_NUMA_NODE
-    if single:
-        sources = [_single_numa_hints(s) for s in sources]
-    order = _Order(manager.distance, manager.numa_nodes,
-                   closest=manager.prefer_closest_numa_nodes and not single, memo=manager.memo)
+    sources, order = _prepared(manager, providers_hints, policy is Policy.SINGLE_NUMA_NODE)
     family, others, explicit = _split(sources, default)
     return _best_preferred(explicit, family, default, order, others) is not None
 
