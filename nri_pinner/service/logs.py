@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 from typing import Any, TextIO
 
 import structlog
@@ -12,13 +11,14 @@ import structlog
 
 class LogStream:
     """Where every log line goes: stderr, or ``log.file`` opened for appending. `reopen` (SIGHUP, after
-    logrotate moved the file away) opens the path again; a line being written meanwhile goes whole to
-    one file or the other."""
+    logrotate moved the file away) opens the path again and swaps it in (one reference assignment, no
+    lock: structlog and the stdlib handler serialise their own writes); a line being written meanwhile
+    goes whole to the old file, which is closed only at the next reopen (logrotate runs hours apart)."""
 
     def __init__(self, file: str = "") -> None:
         self.file = file
-        self._lock = threading.Lock()
         self._stream: TextIO = self._open() if file else sys.stderr
+        self._retired: TextIO | None = None
 
     def _open(self) -> TextIO:
         return open(self.file, "a", buffering=1)
@@ -29,18 +29,17 @@ class LogStream:
         if not self.file:
             return False
         new = self._open()
-        with self._lock:
-            old, self._stream = self._stream, new
-        old.close()
+        if self._retired is not None:
+            self._retired.close()
+        self._retired, self._stream = self._stream, new
+        self._retired.flush()
         return True
 
     def write(self, text: str) -> int:
-        with self._lock:
-            return self._stream.write(text)
+        return self._stream.write(text)
 
     def flush(self) -> None:
-        with self._lock:
-            self._stream.flush()
+        self._stream.flush()
 
     def isatty(self) -> bool:
         return self._stream.isatty()

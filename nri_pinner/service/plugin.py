@@ -21,6 +21,7 @@ import structlog
 from ..config import Settings
 from ..engine.admission import Engine
 from ..engine.cpuset import CPUSetError
+from ..engine.devicemanager.podresources import PodResourcesView
 from ..nri.gen import api_pb2 as api
 from ..nri.handlers import CreateReply, Deferred, UpdatesReply
 from ..nri.stub_handlers import HandlerThread
@@ -28,7 +29,7 @@ from .cgroup_passes import PassRunner
 from .cgroup_paths import CgroupError
 from .checkpoint_writer import CheckpointWriter
 from .core import events as ev
-from .core.effects import ArmTimer, Expedite, Park, Refusal, Resolve, WriteCgroups, WriteCheckpoint
+from .core.effects import ArmTimer, Expedite, ListPodResources, Park, Refusal, Resolve, WriteCgroups, WriteCheckpoint
 from .core.node import NodeCore, Outcome
 from .core.records import NodeState, Told, View, desired_of
 from .core.reply_updates import cpu_update
@@ -80,7 +81,9 @@ class PinnerPlugin:
             log.warning("cgroup writes off: pool changes travel as NRI updates in the replies", reason=why)
             self.writer = None
         self.core = NodeCore(settings, engine, metrics, prior_checkpoint, cgroup_writes=self.writer is not None)
-        self.core.node.listing = podresources  # init/app roles from the kubelet's List
+        self.podresources = podresources
+        if podresources is not None:  # init/app roles from the kubelet's List, delivered on the node thread
+            podresources.deliver = self._podresources_listed
         self.passes = PassRunner(self.writer, self.post) if self.writer is not None else None
         self.timers = Timers(self._timer_fired)
         self._parked: dict[int, Callable[[object], None]] = {}  # core token -> who gets the reply
@@ -134,6 +137,16 @@ class PinnerPlugin:
         except TimeoutError:
             return False
 
+    def _podresources_listed(self, view: PodResourcesView | None, asks: int) -> None:  # on the fetcher thread
+        source = self.podresources
+        assert source is not None
+
+        def adopt() -> None:
+            source.adopt(view, asks)
+            self._guarded(ev.PodResourcesListed(source.listed_pods()))
+
+        self.thread.submit(adopt)
+
     def _timer_fired(self, name: str) -> None:  # on the timer thread
         if name.startswith("nic:"):
             self.thread.submit(lambda: self._nic_waits.pop(name, _no_wait)(True))
@@ -158,6 +171,9 @@ class PinnerPlugin:
                 self.checkpoints.submit(effect.snapshot)
             elif isinstance(effect, ArmTimer):
                 self.timers.arm(effect.name, effect.seconds)
+            elif isinstance(effect, ListPodResources):
+                if self.podresources is not None:
+                    self.podresources.refresh()
             elif isinstance(effect, Resolve):
                 deliver = self._parked.pop(effect.token, None)
                 if deliver is not None:

@@ -2,9 +2,10 @@
 the timer, ``List`` at start, on every RunPodSandbox (the kubelet allocates a pod's devices when it
 admits the pod, before the sandbox runs) and on the timer.
 
-One thread does every call (blocking gRPC over the unix socket, with a deadline) and swaps in a new
-immutable :class:`PodResourcesView`; handlers read whatever view is current and never wait (no lock
-is shared with the fetcher: each field has one writer). A create
+One thread does every call (blocking gRPC over the unix socket, with a deadline) and hands each new
+immutable :class:`PodResourcesView` to the node thread (``deliver``), which adopts it and tells the
+core (`PodResourcesListed`); handlers read whatever view is current and never wait (no lock: the view
+and what it answers are written on the node thread only). A create
 whose pod the view does not list yet goes on without PodResources hints and is counted
 (``nri_pinner_podresources_misses``: ``pending`` when a List for its pod was asked and has not
 finished, ``unlisted`` when the latest List does not have it). An absent socket (no kubelet, or a
@@ -121,6 +122,8 @@ class PodResources:
         self._last_error_log = 0.0
         self.listed_at: float | None = None  # wall clock of the last successful List (status)
         self._thread: threading.Thread | None = None
+        # the node thread's doorway for a fetched List (the service sets it; None: adopted on the fetcher)
+        self.deliver: Callable[[PodResourcesView | None, int], None] | None = None
 
     # -- handler side (never blocks) -------------------------------------------------------------
     def pod_started(self, pod: Any) -> None:
@@ -210,7 +213,7 @@ class PodResources:
                 log.info("kubelet PodResources socket absent: no PodResources hints until it appears",
                          socket=self.socket_path)
             self.available = False
-            self._answered = self._asks  # nothing to wait for
+            self._hand_over(None, self._asks)  # nothing to wait for
             return False
         if self.available is False:
             log.info("kubelet PodResources socket found", socket=self.socket_path)
@@ -223,10 +226,27 @@ class PodResources:
         listed = self._try("List", self.client.list)
         if listed is None:
             return False
-        self.view = view_of(listed, self._allocatable)
-        self._answered = asks
-        self.listed_at = time.time()
+        self._hand_over(view_of(listed, self._allocatable), asks)
         return True
+
+    def _hand_over(self, view: PodResourcesView | None, asks: int) -> None:
+        if self.deliver is not None:
+            self.deliver(view, asks)
+        else:
+            self.adopt(view, asks)
+
+    def adopt(self, view: PodResourcesView | None, asks: int) -> None:
+        """On the node thread: ``view`` (None: the socket is absent) answers every ask up to ``asks``."""
+        if view is not None:
+            self.view = view
+            self.listed_at = time.time()
+        self._answered = max(self._answered, asks)
+
+    def listed_pods(self) -> dict[tuple[str, str], frozenset[str]] | None:
+        """What the core is told: the containers the current List has per pod (None: no kubelet)."""
+        if self.available is False:
+            return None
+        return {where: frozenset(containers) for where, containers in self.view.pods.items()}
 
     def summary(self) -> dict[str, Any]:
         """For `nri-pinner status`: is the kubelet there, how fresh is the snapshot, what does it hold."""

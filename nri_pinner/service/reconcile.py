@@ -57,7 +57,9 @@ class Reconciler:
         self.settings, self.plugin, self.stub, self.metrics, self.cri = settings, plugin, stub, metrics, cri
         self._online_path = Path(settings.sysfs_root) / "sys/devices/system/cpu/online"
         self._online = plugin.view().engine.topology.online
-        self._online_lock = asyncio.Lock()  # the timer and the uevent watcher never rebuild at once
+        # the timer and the uevent watcher queue their checks; one task runs them, never two at once
+        self._online_checks: list[asyncio.Future[None]] = []
+        self._online_checker: asyncio.Task[None] | None = None
         self.repairs = 0
 
     async def run(self) -> None:
@@ -138,10 +140,30 @@ class Reconciler:
         return "next-reply"
 
     async def _check_online_cpus(self) -> None:
-        async with self._online_lock:
-            await self._check_online_cpus_locked()
+        """Returns once a check begun after this call has finished (checks asked meanwhile share it)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._online_checks.append(done)
+        if self._online_checker is None or self._online_checker.done():
+            self._online_checker = asyncio.create_task(self._run_online_checks())
+        await done
 
-    async def _check_online_cpus_locked(self) -> None:
+    async def _run_online_checks(self) -> None:
+        while self._online_checks:
+            waiting, self._online_checks = self._online_checks, []
+            try:
+                await self._check_online_cpus_once()
+            except BaseException as exc:
+                for w in waiting:
+                    if not w.done():
+                        w.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for w in waiting:
+                if not w.done():
+                    w.set_result(None)
+
+    async def _check_online_cpus_once(self) -> None:
         """CPU hotplug without a drain: rebuild the engine for the new online set and repair."""
         try:
             text = await asyncio.to_thread(self._online_path.read_text)

@@ -52,6 +52,11 @@ class ArmTimer:
 
 
 @dataclass(frozen=True)
+class ListPodResources:
+    """Ask the PodResources fetcher for a new List (its answer comes back as `PodResourcesListed`)."""
+
+
+@dataclass(frozen=True)
 class Resolve:
     """Answer the reply parked under ``token`` (a `Park` the core returned earlier)."""
 
@@ -74,4 +79,4 @@ class Park:
     token: int
 
 
-Effect = WriteCgroups | Expedite | WriteCheckpoint | ArmTimer | Resolve
+Effect = WriteCgroups | Expedite | WriteCheckpoint | ArmTimer | ListPodResources | Resolve

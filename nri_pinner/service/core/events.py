@@ -119,6 +119,15 @@ class CpusetsRead:
 
 
 @dataclass(frozen=True)
+class PodResourcesListed:
+    """The kubelet's PodResources List, fetched in the background: (namespace, pod) -> the containers it
+    lists (app and restartable init containers; never a regular init container). ``None``: the kubelet's
+    socket is absent, the List says nothing."""
+
+    pods: Mapping[tuple[str, str], frozenset[str]] | None
+
+
+@dataclass(frozen=True)
 class RuntimeRepaired:
     """A drift repair the reconcile edge sent through the runtime (NRI or CRI), or could not."""
 
@@ -140,4 +149,5 @@ class TopologyChanged:
 
 Event = (Configured | Synchronize | CreateContainer | StartContainer | StopContainer | RemoveContainer
          | StopPodSandbox | RemovePodSandbox | UpdateContainer | UpdatePodSandbox | ConnectionClosed | ReplyDiscarded
-         | CgroupsWritten | TimerFired | AwaitPass | DriftCheck | CpusetsRead | RuntimeRepaired | TopologyChanged)
+         | CgroupsWritten | TimerFired | AwaitPass | DriftCheck | CpusetsRead | RuntimeRepaired | TopologyChanged
+         | PodResourcesListed)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ...engine.admission import Engine
 from . import connection, lifecycle, repairs, resizing
 from .checkpoint import Snapshot, checkpoint_entries, memory_entries
-from .effects import Effect, Park, Refusal, Resolve, WriteCheckpoint
+from .effects import Effect, ListPodResources, Park, Refusal, Resolve, WriteCheckpoint
 from .events import (
     AwaitPass,
     CgroupsWritten,
@@ -33,6 +33,7 @@ from .events import (
     CreateContainer,
     DriftCheck,
     Event,
+    PodResourcesListed,
     RemoveContainer,
     RemovePodSandbox,
     ReplyDiscarded,
@@ -82,6 +83,9 @@ class NodeCore:
     def handle(self, event: Event) -> Outcome:
         self.effects = []
         reply = self._dispatch(event)
+        if self.node.wants_listing:
+            self.node.wants_listing = False
+            self.effects.append(ListPodResources())
         return Outcome(reply, self.effects)
 
     def _dispatch(self, event: Event) -> Reply:
@@ -126,6 +130,9 @@ class NodeCore:
                 return repairs.runtime_repaired(self, event)
             case TopologyChanged():
                 return repairs.topology_changed(self, event)
+            case PodResourcesListed():
+                self.node.listed_pods = event.pods  # read at the next create or stop (roles.py)
+                return None
         raise TypeError(f"not a core event: {event!r}")
 
     # -- what every change ends with -------------------------------------------------------------

@@ -10,9 +10,9 @@ newest view without any lock.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from ...engine.admission import Decision, Engine
 from ...engine.cpumanager.state import Assignment, EngineState
@@ -142,15 +142,6 @@ def desired_of(engine: Engine, state: EngineState, shared: CPUSet, key: tuple[st
     return cpus, mems_of(cpus)
 
 
-class PodListing(Protocol):
-    """The kubelet's PodResources List as last fetched (``service/podresources_client.py`` replaces its
-    snapshot whole; reading it never waits)."""
-
-    def listed(self, namespace: str, pod: str, container: str) -> bool | None: ...
-
-    def refresh(self) -> None: ...
-
-
 Told = tuple[CPUSet, Mems]  # (cpuset.cpus, cpuset.mems) a container was last told
 
 
@@ -166,7 +157,10 @@ class NodeState:
     told: dict[str, Told] = field(default_factory=dict)
     # started containers whose cgroup write failed (or systemd refused): only a reply's NRI update reaches them
     via_reply: set[str] = field(default_factory=set)
-    listing: PodListing | None = None  # PodResources List (the "podresources" provider), for init/app roles
+    # the PodResources List as last delivered, for init/app roles: (namespace, pod) -> listed containers
+    # (None: no List, or the kubelet's socket is absent); `wants_listing`: a new List is to be asked for
+    listed_pods: Mapping[tuple[str, str], frozenset[str]] | None = None
+    wants_listing: bool = False
     # cpuset.mems per (engine, cpus): every shared container asks for the same pool's
     _mems: dict[tuple[Engine, CPUSet], Mems] = field(default_factory=dict, repr=False)
 

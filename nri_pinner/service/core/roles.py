@@ -71,13 +71,15 @@ def role_at_create(tr: NodeState, intent: ContainerIntent) -> ContainerIntent:
     return intent
 
 def listed_in_podresources(tr: NodeState, namespace: str, pod: str, container: str, refresh: bool) -> bool | None:
-    source = tr.listing
-    if source is None:
+    """Is the container in the last PodResources List? None when the List does not have its pod (it
+    may lag a create): with ``refresh`` a new List is asked for, read at the pod's next create."""
+    listed = tr.listed_pods
+    containers = None if listed is None else listed.get((namespace, pod))
+    if containers is None:
+        if refresh:
+            tr.wants_listing = True
         return None
-    listed = source.listed(namespace, pod, container)
-    if listed is None and refresh:
-        source.refresh()  # the fetcher thread lists again; the answer is read at the pod's next create
-    return listed
+    return container in containers
 
 def decide_role(tr: NodeState, t: Tracked, final: bool) -> None:
     """Was the stopped container a regular init container? PodResources (cached) says when it
