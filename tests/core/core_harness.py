@@ -5,9 +5,10 @@ effects itself — answers a `WriteCgroups` with `CgroupsWritten` (each write su
 untold, as the test says), fires the timers the core armed, collects the `Resolve`s of parked
 replies. `Edge.cgroups` is what the cgroups hold after the passes the test answered.
 
-Messages are shaped as the kubelet + containerd put them into NRI (tests/service/svc_harness.py):
-the pod's cgroup parent per QoS class (`/kubepods[/burstable|/besteffort]/pod<uid>`; a pod outside
-kubepods is not a kubelet pod), cpu shares from the request, quota/period from the limit.
+Messages are shaped as the kubelet + containerd put them into NRI (testkit/pod_builders.py, shared
+with tests/service/svc_harness.py): the pod's cgroup parent per QoS class
+(`/kubepods[/burstable|/besteffort]/pod<uid>`; a pod outside kubepods is not a kubelet pod), cpu
+shares from the request, quota/period from the limit.
 
 Dual-socket fixture: 12 CPUs, 2 NUMA nodes (node 0 the even CPUs, node 1 the odd ones), core
 c = {c, c+6}, CPU 0 reserved.
@@ -28,46 +29,21 @@ from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import CpusetUpdate, CreateReply, UpdatesReply
 from nri_pinner.service.app import build_engine
 from nri_pinner.service.core import events as ev
+from nri_pinner.service.core.checkpoint import Snapshot
 from nri_pinner.service.core.effects import ArmTimer, Effect, Expedite, Park, Resolve, WriteCgroups, WriteCheckpoint
 from nri_pinner.service.core.node import NodeCore, Outcome
 from nri_pinner.service.metrics import Metrics
+from nri_pinner.service.status_server import status_document
+from testkit.pod_builders import PERIOD, container, exited, kubelet_container, mems_for, pod, resize_request
+
+__all__ = ["PERIOD", "container", "exited", "kubelet_container", "mems_for", "pod"]
 
 REPO = Path(__file__).resolve().parents[2]
 DUAL_SOCKET = REPO / "tests" / "fixtures" / "sysfs" / "dual-socket-ht"
-PERIOD = 100_000
 SETTLE, SETTLE_WIDEN = ("settle", 0.002), ("settle-widen", 0.1)
 
 
 # ------------------------------------------------------------------------------------------- messages
-
-def pod(name: str, qos: str = "guaranteed", *, uid: str | None = None) -> api.PodSandbox:
-    """A kubelet pod (cgroup parent under kubepods), or with qos="plain" a pod of a plain containerd
-    client (no kubepods parent: not a kubelet pod)."""
-    uid = uid or f"uid-{name}"
-    parent = {"guaranteed": f"/kubepods/pod{uid}", "burstable": f"/kubepods/burstable/pod{uid}",
-              "besteffort": f"/kubepods/besteffort/pod{uid}", "plain": f"/plain/{name}"}[qos]
-    p = api.PodSandbox(id=f"sb-{name}", name=name, uid=uid, namespace="default")
-    p.linux.cgroup_parent = parent
-    return p
-
-
-def container(sandbox: api.PodSandbox, name: str, request_milli: int = 0, limit_milli: int = 0, *,
-              cpus: str = "", mems: str = "", state: int = api.CONTAINER_RUNNING) -> api.Container:
-    """A container as containerd reports it (``cpus``/``mems``: its record's cpuset, for Synchronize)."""
-    cid = f"{sandbox.name}-{name}"
-    c = api.Container(id=cid, pod_sandbox_id=sandbox.id, name=name, state=state)  # type: ignore[arg-type]
-    cpu = c.linux.resources.cpu
-    cpu.shares.value = max(2, request_milli * 1024 // 1000)  # kubelet MilliCPUToShares
-    if limit_milli:
-        cpu.quota.value = limit_milli * PERIOD // 1000
-        cpu.period.value = PERIOD
-    if cpus:
-        cpu.cpus = cpus
-    if mems:
-        cpu.mems = mems
-    c.linux.cgroups_path = f"{sandbox.linux.cgroup_parent}/{cid}"
-    return c
-
 
 def create(sandbox: api.PodSandbox, c: api.Container) -> ev.CreateContainer:
     return ev.CreateContainer(api.CreateContainerRequest(pod=sandbox, container=c))
@@ -75,13 +51,7 @@ def create(sandbox: api.PodSandbox, c: api.Container) -> ev.CreateContainer:
 
 def resize(sandbox: api.PodSandbox, c: api.Container, milli: int, limit: int | None = None) -> ev.UpdateContainer:
     """The kubelet's UpdateContainerResources as containerd relays it (shares and quota set)."""
-    req = api.UpdateContainerRequest(pod=sandbox, container=c)
-    cpu = req.linux_resources.cpu
-    cpu.shares.value = max(2, milli * 1024 // 1000)
-    limit = milli if limit is None else limit
-    if limit:
-        cpu.quota.value, cpu.period.value = limit * PERIOD // 1000, PERIOD
-    return ev.UpdateContainer(req)
+    return ev.UpdateContainer(resize_request(c, sandbox, milli, limit))
 
 
 # ------------------------------------------------------------------------------------------- settings
@@ -99,11 +69,6 @@ def make_settings(sysfs: Path = DUAL_SOCKET, **sections: Mapping[str, Any]) -> S
     for name, values in sections.items():
         data[name] = {**data.get(name, {}), **values}
     return from_mapping(data, "<core test>")
-
-
-def mems_for(topology: Topology, cpus: CPUSet) -> str:
-    """The NUMA nodes holding ``cpus``, as cpuset.mems text (from sysfs, not from the engine)."""
-    return ",".join(str(n) for n in topology.numa_nodes if topology.numa_cpus[n] & cpus)
 
 
 # ------------------------------------------------------------------------------------------- the edge
@@ -146,6 +111,12 @@ def updates_of(reply: object) -> dict[str, CpusetUpdate]:
     return out
 
 
+def cpus_of(reply: object) -> CPUSet:
+    """The cpuset a create's reply gives the container."""
+    assert isinstance(reply, CreateReply), reply
+    return CPUSet.parse(reply.cpus)
+
+
 def park_token(reply: object) -> int:
     assert isinstance(reply, Park), f"not parked: {reply!r}"
     return reply.token
@@ -163,6 +134,8 @@ class Edge:
     history: list[WriteCgroups] = field(default_factory=list)  # every pass the core dispatched
     cgroups: dict[str, CPUSet] = field(default_factory=dict)  # container id -> cpuset.cpus written
     resolves: dict[int, object] = field(default_factory=dict)  # every parked reply answered so far
+    snapshot: Snapshot | None = None  # the newest checkpoint the core asked for
+    no_cgroups: bool = False  # no container has a cgroup to write (no runc ran them): every write fails
 
     def handle(self, event: ev.Event) -> Outcome:
         outcome = self.core.handle(event)
@@ -177,6 +150,8 @@ class Edge:
                 assert effect.token not in self.resolves, f"token {effect.token} resolved twice"
                 self.resolves[effect.token] = effect.reply
                 self.armed.pop(f"wait:{effect.token}", None)  # answered: its wait limit is moot
+            elif isinstance(effect, WriteCheckpoint):
+                self.snapshot = effect.snapshot
         return outcome
 
     def fire(self, name: str) -> Outcome:
@@ -192,7 +167,7 @@ class Edge:
         errors, untold = errors or {}, untold or {}
         results = []
         for item in p.items:
-            err = errors.get(item.container_id, "")
+            err = errors.get(item.container_id, "ENOENT: no cgroup" if self.no_cgroups else "")
             if not err:
                 self.cgroups[item.container_id] = item.cpus
             results.append(ev.WriteResult(item.container_id, item.cpus, item.mems, error=err,
@@ -222,20 +197,56 @@ class Edge:
         self.settle()
         return cpus
 
+    def sync(self, pods: Sequence[api.PodSandbox], containers: Sequence[api.Container],
+             cgroups: ev.CgroupReads | None = None) -> UpdatesReply:
+        """Synchronize with the runtime's view (``cgroups``: what their cgroups hold; none read by
+        default, as for containers whose cgroup files are absent) and settle; the reply."""
+        reply = self.handle(ev.Synchronize(pods, containers, cgroups or {})).reply
+        if isinstance(reply, Park):
+            self.settle()
+            reply = self.resolves[reply.token]
+        assert isinstance(reply, UpdatesReply), reply
+        return reply
+
     @property
     def pool(self) -> CPUSet:
         return self.core.node.shared_pool
 
+    # -- what the edge shows of the core: the checkpoint body, the status document, the metrics ----
+    def body(self) -> dict[str, Any]:
+        """The newest checkpoint body (what the checkpoint file would hold)."""
+        assert self.snapshot is not None, "no checkpoint written"
+        return self.snapshot.body()
+
+    def entries(self) -> dict[str, dict[str, Any]]:
+        """container id -> its entry in the newest checkpoint body."""
+        return {e["container_id"]: e for e in self.body()["entries"]}
+
+    def document(self) -> dict[str, Any]:
+        """The status document (what `nri-pinner status` shows) of the core's published view."""
+        view = self.core.node.published
+        assert view is not None
+        return status_document(view, None)
+
+    def assignments(self) -> dict[str, dict[str, Any]]:
+        return {a["container_id"]: a for a in self.document()["assignments"]}
+
+    def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float:
+        value = self.core.metrics.registry.get_sample_value(name, dict(labels or {}))
+        return 0.0 if value is None else float(value)
+
 
 def make_core(settings: Settings | None = None, *, cgroup_writes: bool = True,
-              prior: Mapping[str, Any] | None = None, synchronized: bool = True) -> Edge:
-    """A core on the dual-socket fixture, configured (containerd's 2 s request timeout) and, unless
-    told otherwise, synchronized with an empty node."""
+              prior: Mapping[str, Any] | None = None, synchronized: bool = True,
+              request_timeout_ms: int = 2000) -> Edge:
+    """A core on the dual-socket fixture, configured (containerd's 2 s request timeout unless told
+    otherwise) and, unless told otherwise, synchronized with an empty node. ``prior``: the checkpoint
+    body a restarted plugin read (`Edge.body()` of the run before)."""
     settings = settings or make_settings()
     topology = discover(settings.sysfs_root)
     engine, _nics = build_engine(settings, topology)
     edge = Edge(NodeCore(settings, engine, Metrics(), prior=prior, cgroup_writes=cgroup_writes), topology)
-    edge.handle(ev.Configured(2000))
+    edge.handle(ev.Configured(request_timeout_ms))
     if synchronized:
         out = edge.handle(ev.Synchronize([], []))
         assert isinstance(out.reply, UpdatesReply), out.reply

@@ -1,11 +1,8 @@
 """Service test harness: NRI messages shaped like the kubelet + containerd send them, and a
 Service wired to the in-process fake runtime through the real stub.
 
-Messages follow what containerd puts into NRI for a kubelet pod: the pod's cgroup parent per QoS
-class (cgroupfs `/kubepods[/burstable|/besteffort]/pod<uid>`), cpu shares from the request
-(kubelet MilliCPUToShares), quota/period from the limit, `linux.cgroups_path` below the parent.
-Nothing marks an init container (the kubelet writes no container type); `container(..., init=True)`
-adds nri-pinner's documented plain-containerd override instead (PLAIN_CONTAINERD_TYPE, README).
+The messages (pods, containers, requests) are built by testkit/pod_builders.py, shared with the core
+tests (tests/core/core_harness.py).
 """
 
 from __future__ import annotations
@@ -21,60 +18,23 @@ from typing import Any
 
 from nri_pinner.config import Settings, from_mapping
 from nri_pinner.engine.admission import Engine
-from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.model import Topology
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.service import checkpoint_file
 from nri_pinner.service.app import Service, build_engine
 from testkit.fake_runtime import CONTAINERD_1_7_24, FakeRuntime, PluginConnection, RuntimeProfile, running_stub
+from testkit.pod_builders import PERIOD, PLAIN_CONTAINERD_TYPE, container, exited, kubelet_container, mems_for, pod
+from testkit.pod_builders import create_request as create
+
+__all__ = ["PERIOD", "PLAIN_CONTAINERD_TYPE", "container", "create", "exited", "kubelet_container", "mems_for", "pod"]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
 DUAL_SOCKET = FIXTURES / "dual-socket-ht"  # 12 CPUs, 2 NUMA nodes, core c = {c, c+6}
-PERIOD = 100_000
-# NOT a kubelet field: the container annotation a plain containerd client sets to mark an init container
-# (README "How Kubernetes intent is read"; nri_pinner/service/core/intent.py CONTAINER_TYPE_OVERRIDE)
-PLAIN_CONTAINERD_TYPE = "io.kubernetes.container.type"
 
 
 # ------------------------------------------------------------------------------------------- messages
-
-def pod(name: str, qos: str = "guaranteed", *, uid: str | None = None, namespace: str = "default",
-        annotations: Mapping[str, str] | None = None) -> api.PodSandbox:
-    uid = uid or f"uid-{name}"
-    parent = {"guaranteed": f"/kubepods/pod{uid}", "burstable": f"/kubepods/burstable/pod{uid}",
-              "besteffort": f"/kubepods/besteffort/pod{uid}"}[qos]
-    p = api.PodSandbox(id=f"sb-{name}", name=name, uid=uid, namespace=namespace, annotations=annotations or {})
-    p.linux.cgroup_parent = parent
-    return p
-
-
-def container(sandbox: api.PodSandbox, name: str, request_milli: int = 0, limit_milli: int = 0, *,
-              init: bool = False, cid: str | None = None, cpus: str = "", mems: str = "",
-              state: int = api.CONTAINER_RUNNING) -> api.Container:
-    """A container as containerd reports it; `cpus`/`mems` are its current cpuset (Synchronize). ``init``:
-    marked with the plain-containerd override (the kubelet itself marks none)."""
-    cid = cid or f"{sandbox.name}-{name}"
-    c = api.Container(id=cid, pod_sandbox_id=sandbox.id, name=name, state=state)  # type: ignore[arg-type]
-    if init:
-        c.annotations[PLAIN_CONTAINERD_TYPE] = "init"
-    cpu = c.linux.resources.cpu
-    cpu.shares.value = max(2, request_milli * 1024 // 1000)  # kubelet MilliCPUToShares
-    if limit_milli:
-        cpu.quota.value = limit_milli * PERIOD // 1000
-        cpu.period.value = PERIOD
-    if cpus:
-        cpu.cpus = cpus
-    if mems:
-        cpu.mems = mems
-    c.linux.cgroups_path = f"{sandbox.linux.cgroup_parent}/{cid}"
-    return c
-
-
-def create(sandbox: api.PodSandbox, c: api.Container) -> api.CreateContainerRequest:
-    return api.CreateContainerRequest(pod=sandbox, container=c)
-
 
 def cpuset_updates(updates: Iterable[api.ContainerUpdate]) -> dict[str, tuple[str, str]]:
     """container id -> (cpus, mems) of each update, as the runtime decoded them."""
@@ -83,11 +43,6 @@ def cpuset_updates(updates: Iterable[api.ContainerUpdate]) -> dict[str, tuple[st
         assert u.container_id not in out, f"two updates for {u.container_id} in one reply"
         out[u.container_id] = (u.linux.resources.cpu.cpus, u.linux.resources.cpu.mems)
     return out
-
-
-def mems_for(topology: Topology, cpus: CPUSet) -> str:
-    """The NUMA nodes holding `cpus`, as cpuset.mems text (computed from sysfs, not from the engine)."""
-    return ",".join(str(n) for n in topology.numa_nodes if topology.numa_cpus[n] & cpus)
 
 
 _SERVICES: weakref.WeakValueDictionary[str, Service] = weakref.WeakValueDictionary()

@@ -3,7 +3,9 @@ shares/quota, through the real stub and the fake runtime, on a cgroup-v1 tree bu
 
 Dual-socket fixture: 12 CPUs, core c = {c, c+6}, CPU 0 reserved. Each test checks what the cgroup
 files hold and in which order they were written (the no-window rule), what the reply carries,
-and what status / metrics / the checkpoint show."""
+and what status / metrics / the checkpoint show. The resize rules alone (grow and shrink order, a
+refusal, a Burstable container, the sets across a restart) are tested at the core:
+tests/core/test_core_resize_outcomes.py."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ from svc_harness import (
     PERIOD,
     Running,
     assignments,
-    checkpoint_entries,
     container,
     copy_sysfs,
     cpuset_updates,
@@ -30,7 +31,7 @@ from svc_harness import (
     pod,
     running,
 )
-from test_cgroup_pool import cgroup_dir, held, start, written
+from test_cgroup_pool import held, start, written
 
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.cpuset import CPUSet
@@ -124,34 +125,8 @@ async def test_shared_to_exclusive_and_back_narrows_the_neighbours_first(
         assert count(r.svc, "to-shared") == 1
 
 
-async def test_grow_keeps_every_cpu_and_shrink_narrows_the_container_before_the_pool(
-        workdir: Path, writes: list[tuple[str, str]]) -> None:
-    settings = make_settings(workdir)
-    root = Path(settings.reconcile.cgroup_root)
-    async with running(settings) as r:
-        online = r.topology.online
-        await started(r, root, BPOD, B)
-        baseline = await started(r, root, GPOD, G)
-        await written(r.svc)
-        writes.clear()
-
-        reply = await r.conn.update_container(resize(G, GPOD, 4000))
-        assert reply is not None
-        grown = CPUSet.parse(cpuset_updates(reply.update)[G.id][0])
-        assert len(grown) == 4 and baseline.issubset(grown)
-        assert writes == [(B.id, str(online - grown)), (G.id, str(grown))]  # the neighbour narrowed first
-        entry = checkpoint_entries(settings)[G.id]
-        assert (entry["admitted"], entry["current"]) == (str(baseline), str(grown))
-
-        writes.clear()
-        reply = await r.conn.update_container(resize(G, GPOD, 2000))
-        assert reply is not None and cpuset_updates(reply.update)[G.id][0] == str(baseline)
-        await written(r.svc)
-        assert writes == [(G.id, str(baseline)), (B.id, str(online - baseline))]  # the container narrowed first
-        assert count(r.svc, "grow") == 1 and count(r.svc, "shrink") == 1
-
-
-@pytest.mark.parametrize(("milli", "reason"), [(12000, "InsufficientCPUs"), (1000, "ResizeBelowBaseline")])
+# every refusal reason: tests/core/test_core_resize_outcomes.py
+@pytest.mark.parametrize(("milli", "reason"), [(12000, "InsufficientCPUs")])
 async def test_a_refused_resize_fails_the_update_and_keeps_everything(
         workdir: Path, writes: list[tuple[str, str]], milli: int, reason: str) -> None:
     settings = make_settings(workdir)
@@ -175,37 +150,6 @@ async def test_a_refused_resize_fails_the_update_and_keeps_everything(
         # the kubelet's retry with the old values is answered as usual
         reply = await r.conn.update_container(resize(G, GPOD, 2000))
         assert reply is not None and cpuset_updates(reply.update)[G.id][0] == str(mine)
-
-
-async def test_a_burstable_container_is_never_made_exclusive(workdir: Path) -> None:
-    settings = make_settings(workdir)
-    root = Path(settings.reconcile.cgroup_root)
-    async with running(settings) as r:
-        online = r.topology.online
-        await started(r, root, BPOD, B)
-        reply = await r.conn.update_container(resize(B, BPOD, 2000))  # request = limit, still Burstable
-        assert reply is not None and cpuset_updates(reply.update)[B.id][0] == str(online)
-        assert assignments(r.svc)[B.id]["exclusive"] is False and count(r.svc, "shared") == 1
-
-
-async def test_admitted_and_current_sets_survive_a_restart(workdir: Path) -> None:
-    settings = make_settings(workdir)
-    root = Path(settings.reconcile.cgroup_root)
-    async with running(settings) as r:
-        baseline = await started(r, root, GPOD, G)
-        reply = await r.conn.update_container(resize(G, GPOD, 4000))
-        assert reply is not None
-        grown = CPUSet.parse(cpuset_updates(reply.update)[G.id][0])
-    # the runtime's record after the resize: the new quota/shares, the create's cpuset
-    g = container(GPOD, "app", 4000, 4000, cpus=str(baseline))
-    async with running(settings, pods=[GPOD], containers=[g]) as r2:
-        assert held(root, G)[0] == grown
-        doc = assignments(r2.svc)[G.id]
-        assert (doc["cpus"], doc["admitted"]) == (str(grown), str(baseline))
-        # and the baseline still bounds a shrink after the restart
-        with pytest.raises(TtrpcStatusError, match="ResizeBelowBaseline"):
-            await r2.conn.update_container(resize(g, GPOD, 1000))
-    assert cgroup_dir(root, G).exists()
 
 
 @pytest.mark.parametrize("profile", [CONTAINERD_1_7_24, CONTAINERD_2_3_0])

@@ -1,5 +1,7 @@
-"""Plugin restarts: the checkpoint and the runtime's Synchronize rebuild the state; a bad
-checkpoint, unknown containers or a changed reserved set are repaired, never a refusal to start."""
+"""Plugin restarts through the whole stack: the checkpoint file one run writes is read by the next, a
+bad one is reported and the state rebuilt from Synchronize, a chunked Synchronize and a reconnect.
+The rebuild rules (unknown containers, a changed reserved set, sidecars) are tested at the core:
+tests/core/test_core_restart.py."""
 
 from __future__ import annotations
 
@@ -111,48 +113,6 @@ async def test_corrupt_checkpoint_rebuilds_from_synchronize(
     assert any("adopted exclusive CPUs" in m and str(exclusive) in m for m in repairs)
 
 
-async def test_synchronize_with_containers_the_checkpoint_never_saw(workdir: Path) -> None:
-    settings = make_settings(workdir)
-    exclusive, shared = await first_run(settings)
-    topo = discover(settings.sysfs_root)
-    # started while the plugin was down: one already on 2 free CPUs of one core (adopted), one on
-    # every CPU (re-admitted; its cpuset overlaps everything)
-    free_core = next(cpus for core, cpus in sorted(topo.core_cpus.items())
-                     if cpus.isdisjoint(exclusive) and 0 not in cpus)
-    adopted = container(GOLD, "adopted", 2000, 2000, cpus=str(free_core), mems=mems_for(topo, free_core))
-    unpinned = container(GOLD, "unpinned", 2000, 2000, cpus=str(topo.online))
-    with structlog.testing.capture_logs() as logs:
-        async with running(settings, pods=[GOLD, BURST],
-                           containers=as_running(exclusive, shared, [adopted, unpinned])) as r:
-            rows = assignments(r.svc)
-            assert rows[adopted.id]["cpus"] == str(free_core) and rows[adopted.id]["exclusive"]
-            readmitted = CPUSet.parse(rows[unpinned.id]["cpus"])
-            assert rows[unpinned.id]["exclusive"] and len(readmitted) == 2
-            assert readmitted.isdisjoint(exclusive | free_core) and 0 not in readmitted
-            now_shared = topo.online - exclusive - free_core - readmitted
-            assert cpuset_updates(r.conn.sync_updates) == {
-                unpinned.id: (str(readmitted), mems_for(topo, readmitted)),
-                "burst-app": (str(now_shared), mems_for(topo, now_shared)),
-            }
-            assert set(checkpoint_entries(settings)) == {"gold-app", "burst-app", adopted.id, unpinned.id}
-    repairs = " | ".join(str(e["repair"]) for e in events(logs, "state repaired"))
-    assert "adopted exclusive CPUs" in repairs and "re-admitted on exclusive CPUs" in repairs
-
-
-async def test_reserved_cpu_taken_from_a_checkpointed_container_is_repaired(workdir: Path) -> None:
-    exclusive, shared = await first_run(make_settings(workdir))
-    taken = exclusive.min()
-    settings = make_settings(workdir, cpu_manager={"reserved_cpus": f"0,{taken}"})
-    async with running(settings, pods=[GOLD, BURST], containers=as_running(exclusive, shared)) as r:
-        row = assignments(r.svc)["gold-app"]
-        moved = CPUSet.parse(row["cpus"])
-        assert row["exclusive"] and len(moved) == 2 and taken not in moved and 0 not in moved
-        updates = cpuset_updates(r.conn.sync_updates)
-        assert updates["gold-app"] == (str(moved), mems_for(r.topology, moved))
-        assert CPUSet.parse(updates["burst-app"][0]) == r.topology.online - moved
-        assert checkpoint_entries(settings)["gold-app"]["current"] == str(moved)
-
-
 async def test_chunked_synchronize_sees_every_container_and_updates_only_in_the_last_reply(
         workdir: Path) -> None:
     settings = make_settings(workdir)
@@ -186,39 +146,3 @@ async def test_reconnect_keeps_state_and_resends_after_synchronize(workdir: Path
         conn = await r.runtime.wait_ready(10)
         assert conn.sync_updates == []
         assert assignments(svc)["gold-app"]["cpus"] == str(exclusive)
-
-
-async def test_sidecar_stays_a_sidecar_across_a_restart(workdir: Path) -> None:
-    """A running init container marked as a sidecar keeps that mark (from the checkpoint): when it
-    stops, its CPUs stay its pod's (kubelet v1.32: nothing releases at a stop) but are not reusable by
-    its pod's next container (updateCPUsToReuse skips restartable init containers); they go back with
-    the pod. (Pool changes as NRI updates: the containers here have no cgroups to write.)"""
-    settings = make_settings(workdir, reconcile={"cgroup_writes": False})
-    topo = discover(settings.sysfs_root)
-    sidecar = container(GOLD, "proxy", 2000, 2000, init=True)
-    app = container(GOLD, "app", 2000, 2000)
-    burst = container(BURST, "app", 100)
-    async with running(settings) as r:
-        await r.conn.create_container(create(BURST, burst))
-        side_reply = await r.conn.create_container(create(GOLD, sidecar))
-        app_reply = await r.conn.create_container(create(GOLD, app))
-        assert side_reply is not None and app_reply is not None
-        side_cpus = CPUSet.parse(side_reply.adjust.linux.resources.cpu.cpus)
-        app_cpus = CPUSet.parse(app_reply.adjust.linux.resources.cpu.cpus)
-        assert checkpoint_entries(settings)[sidecar.id]["restartable"]
-
-    shared = topo.online - side_cpus - app_cpus
-    listed = [container(GOLD, "proxy", 2000, 2000, init=True, cpus=str(side_cpus), mems=mems_for(topo, side_cpus)),
-              container(GOLD, "app", 2000, 2000, cpus=str(app_cpus), mems=mems_for(topo, app_cpus)),
-              container(BURST, "app", 100, cpus=str(shared), mems=mems_for(topo, shared))]
-    async with running(settings, pods=[GOLD, BURST], containers=listed) as r:
-        assert r.conn.sync_updates == []
-        assert checkpoint_entries(settings)[sidecar.id]["restartable"]
-        stopped = await r.conn.stop_container(api.StopContainerRequest(pod=GOLD, container=sidecar))
-        assert stopped is not None and stopped.update == []
-        assert not r.svc.plugin.node.state.reusable.get(GOLD.uid)  # a sidecar's CPUs are never reused
-        await r.conn.state_change(api.STOP_POD_SANDBOX, GOLD)
-        grown = topo.online
-        reply = await r.conn.create_container(create(BURST, container(BURST, "late", 100)))
-        assert reply is not None
-        assert cpuset_updates(reply.update) == {burst.id: (str(grown), mems_for(topo, grown))}
