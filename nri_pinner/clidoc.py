@@ -73,9 +73,17 @@ def man_page() -> str:
         "The configuration file; check it with \\fBnri\\-pinner config \\-\\-check\\fR.",
         ".TP",
         "\\fI/usr/lib/systemd/system/nri\\-pinner.service\\fR",
-        "The systemd unit (external plugin mode).",
+        "The systemd unit (external plugin mode). \\fBType=notify\\fR: \\fBsystemctl start\\fR returns once the "
+        "plugin is registered with containerd and synchronized (\\fBsystemctl status\\fR shows what it waits "
+        "for); a start not ready within 90 s (\\fBTimeoutStartSec=90s\\fR: NRI off, containerd down) fails "
+        "and \\fBRestart=on\\-failure\\fR tries again.",
+        ".SH ENVIRONMENT",
+        ".TP",
+        "\\fBNOTIFY_SOCKET\\fR",
+        "Set by systemd: \\fBrun\\fR sends READY=1 there once registered and synchronized, STATUS= lines, "
+        "and STOPPING=1 when it stops (\\fBsd_notify\\fR(3)); not passed on to child processes.",
         ".SH SEE ALSO",
-        "\\fBsystemctl\\fR(1), \\fBcontainerd\\fR(8)",
+        "\\fBsystemctl\\fR(1), \\fBsd_notify\\fR(3), \\fBcontainerd\\fR(8)",
     ]
     return "\n".join(out) + "\n"
 

@@ -25,11 +25,12 @@ from ..engine.topology.sysfs import SysfsError, discover
 from ..engine.topologymanager.hints import HintProvider
 from ..nri.stub import Stub, serve
 from ..nri.stub_handlers import HandlerThread
-from . import instance_lock, logs
+from . import instance_lock, logs, readiness
 from .checkpoint_file import read as read_checkpoint
 from .cri_client import CRIClient
 from .metrics import Metrics
 from .metrics_http import Listener
+from .metrics_http import readiness as ready_now
 from .nic_lookup import NicLookup
 from .plugin import PinnerPlugin
 from .podresources_client import PodResources, PodResourcesMetrics, podresources_of
@@ -118,9 +119,17 @@ class Service:
             raise StartError(f"cannot listen for metrics on {where} (metrics.address, metrics.port): "
                              f"{exc.strerror or exc}") from None
 
-    async def run(self, claim: instance_lock.SocketClaim | None = None) -> int:
+    def ready_state(self) -> tuple[bool, str]:
+        """/readyz's verdict, with the line systemd shows (the notify protocol's STATUS)."""
+        ready, why = ready_now(self.metrics)
+        stub = self.stub
+        return ready, readiness.status_text(ready, why, stub.socket_path, stub.runtime_name, stub.runtime_version)
+
+    async def run(self, claim: instance_lock.SocketClaim | None = None,
+                  notifier: readiness.Notifier | None = None) -> int:
         """Serve until a signal; ``claim``: the inspection socket, taken here when not given
-        (InstanceConflict, StartError: nothing was started, nothing is left behind)."""
+        (InstanceConflict, StartError: nothing was started, nothing is left behind); ``notifier``:
+        systemd's notify socket (READY=1 once registered and synchronized, STOPPING=1 at the end)."""
         claim = claim or instance_lock.claim(self.settings.inspect.socket)
         try:
             if self.settings.metrics.enabled:
@@ -137,9 +146,15 @@ class Service:
         if self.podresources is not None:
             self.podresources.start()
         reconcile = asyncio.create_task(self.reconciler.run())
+        # a pre-installed plugin is containerd's child, not a unit's main process: it never notifies
+        notify = (asyncio.create_task(readiness.announce(notifier, self.ready_state))
+                  if notifier is not None and not self.stub.preinstalled else None)
         try:
             return await serve(self.stub, structlog.get_logger("nri_pinner.nri"))
         finally:
+            if notify is not None and notifier is not None:
+                await stop_task(notify)
+                notifier.send("STOPPING=1", "STATUS=stopping: the last state is written")
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGHUP)
             await stop_task(reconcile)
@@ -199,7 +214,11 @@ def run_from_config(path: str) -> int:
         log.warning("configuration warning", warning=warning)
     # the wire loop must not wait 5 ms (the default) for the GIL while a writer thread runs
     sys.setswitchinterval(0.0005)
+    notifier = readiness.from_env(os.environ)  # taken out of the environment either way
     try:
-        return asyncio.run(Service(settings, engine, nics=nics).run(claim))
+        return asyncio.run(Service(settings, engine, nics=nics).run(claim, notifier))
     except StartError as exc:
         return _cannot_start(exc)
+    finally:
+        if notifier is not None:
+            notifier.close()
