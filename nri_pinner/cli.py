@@ -84,6 +84,17 @@ def build_parser() -> argparse.ArgumentParser:
                            f"(default: {CONFIG_PATH}; under $NRI_PINNER_INSTALL_ROOT when that is set)")
     inst.add_argument("--uninstall", action="store_true",
                       help="remove the launcher and the marker that keeps the systemd unit from starting")
+
+    nri = sub.add_parser("enable-nri", help="enable NRI in containerd's config file (containerd 1.7 ships it off)")
+    nri.add_argument("--containerd-config", default="/etc/containerd/config.toml", metavar="FILE",
+                     help="containerd's config, edited in place with the original kept beside it as "
+                          "FILE.<time>.nri-pinner-backup; created when missing (default: %(default)s)")
+    nri.add_argument("--restart", action="store_true",
+                     help="then restart containerd through systemd's D-Bus API if NRI's socket does not answer")
+    nri.add_argument("--unit", default="containerd.service", help="the unit --restart restarts (default: %(default)s)")
+    nri.add_argument("--systemd-bus", default="/run/systemd/private", metavar="SOCKET",
+                     help="systemd's private socket or the system bus socket, for --restart (default: %(default)s)")
+    nri.add_argument("--dry-run", action="store_true", help="print the edit as a diff; write nothing")
     return parser
 
 
@@ -127,6 +138,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .install import install
 
         return install(args.plugin_dir, args.index, args.config, uninstall=args.uninstall)
+    if args.command == "enable-nri":
+        from .enable_nri import enable_nri
+
+        return enable_nri(args.containerd_config, args.restart, args.unit, args.systemd_bus, args.dry_run,
+                          out=sys.stdout, err=sys.stderr)
     raise CLIError(f"unknown command {args.command!r}")
 
 

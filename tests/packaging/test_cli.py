@@ -87,7 +87,7 @@ def test_check_prints_effective_toml_or_nothing(tmp_path: Path, capsys: pytest.C
 def test_man_page_covers_every_option_and_exit_code() -> None:
     page = man_page()
     for name, parser in subcommands().items():
-        assert f".SS nri\\-pinner {name}" in page
+        assert ".SS nri\\-pinner " + name.replace("-", "\\-") in page
         for action in parser._actions:
             for flag in [] if isinstance(action, argparse._HelpAction) else action.option_strings:
                 assert flag.replace("-", "\\-") in page, (name, flag)
