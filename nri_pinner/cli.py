@@ -73,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --check: skip the checks against this host (sysfs readable, reserved CPUs "
                           "online, policy options); for a file meant for another node")
 
+    nic = sub.add_parser("nic-lookup-server", help="serve pod network namespaces' links to the plugin "
+                         "(the one process holding CAP_SYS_ADMIN; README \"NIC alignment\")")
+    nic.add_argument("--socket", default=None, help="unix socket to listen on (default: "
+                     "$NRI_PINNER_NIC_LOOKUP_SOCKET, else /run/nri-pinner-nic-lookup/nic-lookup.sock)")
+
     inst = sub.add_parser("install", help="install as a pre-installed NRI plugin launched by containerd")
     inst.add_argument("--plugin-dir", default="/opt/nri/plugins", metavar="DIR",
                       help="containerd's NRI plugin_path (default: %(default)s; "
@@ -134,6 +139,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_scenario_file(args.scenario, args.sysfs, sys.stdout)
     if args.command == "config":
         return _config(args.check, args.defaults, as_json=args.json, quiet=args.quiet, host=not args.no_host)
+    if args.command == "nic-lookup-server":
+        from .service.nic_lookup_server import serve_main
+
+        return serve_main(args.socket)
     if args.command == "install":
         from .install import install
 
