@@ -15,6 +15,10 @@ def seconds_problem(low: float, high: float) -> Callable[[float], str | None]:
     return lambda v: None if low <= v <= high else f"must be between {low:g} and {high:g}"
 
 
+def off_or_seconds_problem(low: float, high: float) -> Callable[[float], str | None]:
+    return lambda v: None if v == 0 or low <= v <= high else f"must be 0 (off) or between {low:g} and {high:g}"
+
+
 def reserved_memory_problem(v: str) -> str | None:
     from ..engine.memorymanager.provider import parse_reserved_memory
     try:

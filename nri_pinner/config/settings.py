@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..engine.cpuset import CPUSet, CPUSetError
-from .checks import metrics_address_problem, plugin_name_problem, reserved_memory_problem
+from .checks import metrics_address_problem, off_or_seconds_problem, plugin_name_problem, reserved_memory_problem
 from .checks import seconds_problem as _seconds_problem
 from .policy_options import MIN_MAX_ALLOWABLE_NUMA_NODES, parse_option_table
 from .positions import key_positions, locate
@@ -96,6 +96,7 @@ class ReconcileSettings:
     cgroup_v1_skip_rebuilds: bool = True  # v1: clear written containers' cpuset.sched_load_balance
     systemd_bus: str = "/run/systemd/private"  # systemd scopes told their written cpusets; "" = off
     systemd_timeout_seconds: float = 0.5  # one pass's wait for systemd's answers
+    runtime_record_quiet_seconds: float = 1.0  # pool quiet this long: update the runtime's stale records; 0 = off
 
 
 @dataclass(frozen=True)
@@ -360,6 +361,8 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
         systemd_bus=r.get("systemd_bus", str, rd.systemd_bus, lambda v: None if v[:1] in "/" else "must be a path"),
         systemd_timeout_seconds=r.get("systemd_timeout_seconds", float, rd.systemd_timeout_seconds,
                                       _seconds_problem(0.01, 10)),
+        runtime_record_quiet_seconds=r.get("runtime_record_quiet_seconds", float, rd.runtime_record_quiet_seconds,
+                                           off_or_seconds_problem(0.1, 3600)),
     )
     r.done()
 

@@ -26,7 +26,7 @@ class CRIClient:
             self._channel = grpc.aio.insecure_channel(self._target)
         return self._channel
 
-    async def update_cpuset(self, container_id: str, cpus: str, mems: str = "") -> None:
+    async def update_cpuset(self, container_id: str, cpus: str, mems: str = "", timeout: float | None = None) -> None:
         call = self._chan().unary_unary(
             SERVICE + "UpdateContainerResources",
             request_serializer=cri.UpdateContainerResourcesRequest.SerializeToString,
@@ -36,7 +36,7 @@ class CRIClient:
             container_id=container_id,
             linux=cri.LinuxContainerResources(cpuset_cpus=cpus, cpuset_mems=mems),
         )
-        await call(request, timeout=self._timeout)
+        await call(request, timeout=timeout or self._timeout)
 
     async def version(self) -> cri.VersionResponse:
         call = self._chan().unary_unary(

@@ -82,6 +82,10 @@ class Metrics:
         self.nri_reconnects = Counter("nri_pinner_nri_reconnects", "NRI (re)connections", registry=r)
         self.reconcile_repairs = Counter("nri_pinner_reconcile_repairs", "Drifted cpusets repaired",
                                          ["path"], registry=r)
+        self.record_updates = Counter("nri_pinner_runtime_record_updates", "Runtime records of a container's "
+                                      "cpuset brought in line with its cgroup", ["outcome"], registry=r)
+        for outcome in ("ok", "failed"):
+            self.record_updates.labels(outcome)
         self.late_replies = Counter("nri_pinner_late_handler_replies",
                                     "Handlers cut off at the budget (fallback answered)", ["method"], registry=r)
         self.nic_lookups_late = Counter("nri_pinner_nic_lookups_late",

@@ -29,7 +29,17 @@ from .cgroup_passes import PassRunner
 from .cgroup_paths import CgroupError
 from .checkpoint_writer import CheckpointWriter
 from .core import events as ev
-from .core.effects import ArmTimer, Expedite, ListPodResources, Park, Refusal, Resolve, WriteCgroups, WriteCheckpoint
+from .core.effects import (
+    ArmTimer,
+    Expedite,
+    ListPodResources,
+    Park,
+    Refusal,
+    Resolve,
+    SyncRecords,
+    WriteCgroups,
+    WriteCheckpoint,
+)
 from .core.node import NodeCore, Outcome
 from .core.records import NodeState, Told, View, desired_of
 from .core.reply_updates import cpu_update
@@ -89,6 +99,8 @@ class PinnerPlugin:
         self._parked: dict[int, Callable[[object], None]] = {}  # core token -> who gets the reply
         self._nic_waits: dict[str, Callable[[bool], None]] = {}  # timer name -> a create waiting for its NICs
         self._nic_seq = 0
+        # the reconcile edge's way to update the runtime's records (it says `RecordSyncReady` once set)
+        self.record_sender: Callable[[SyncRecords], None] | None = None
 
     # -- reading the core's state from any thread (published views only) --------------------------
     @property
@@ -171,6 +183,12 @@ class PinnerPlugin:
                 self.checkpoints.submit(effect.snapshot)
             elif isinstance(effect, ArmTimer):
                 self.timers.arm(effect.name, effect.seconds)
+            elif isinstance(effect, SyncRecords):
+                if self.record_sender is not None:
+                    self.record_sender(effect)
+                else:
+                    self.post(ev.RecordsSynced(effect.sync_id, [ev.RecordResult(i.container_id, "", "no runtime path")
+                                                                 for i in effect.items]))
             elif isinstance(effect, ListPodResources):
                 if self.podresources is not None:
                     self.podresources.refresh()

@@ -8,6 +8,8 @@ before v0.12.1 (lock-order inversion, fixed by containerd/nri 55afaa2). So:
   an NRI UpdateContainer that the plugin recognises while this call is still in flight, so the
   call is async and never blocks the stub's loop;
 - neither: the repair rides on the next event reply, and the drift is logged meanwhile.
+The same two paths bring the runtime's own record of a container in line with its cgroup when the
+core asks (`SyncRecords`, core/runtime_records.py), one container at a time.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..nri.gen import api_pb2 as api
 from ..nri.stub import Stub
 from .cgroup_paths import CgroupError, read_cpus
 from .core import events as ev
+from .core.effects import SyncRecords
 from .core.records import Mems, mems_text
 from .core.repairs import Drift, DriftProbe
 from .cri_client import CRIClient
@@ -61,8 +64,17 @@ class Reconciler:
         self._online_checks: list[asyncio.Future[None]] = []
         self._online_checker: asyncio.Task[None] | None = None
         self.repairs = 0
+        self._record_tasks: set[asyncio.Task[None]] = set()  # referenced until done (the loop keeps weak ones)
 
     async def run(self) -> None:
+        if self.cri is not None or (self.stub is not None and self.stub.supports_safe_unsolicited_updates):
+            loop = asyncio.get_running_loop()
+
+            def send(effect: SyncRecords) -> None:  # on the node thread: the calls run on this loop
+                loop.call_soon_threadsafe(lambda: self._record_tasks.add(loop.create_task(self._sync_records(effect))))
+
+            self.plugin.record_sender = send
+            self.plugin.post(ev.RecordSyncReady())
         sock = open_socket()
         watcher = asyncio.create_task(watch_cpus(sock, self.cpus_changed)) if sock is not None else None
         try:
@@ -138,6 +150,29 @@ class Reconciler:
                 log.warning("CRI repair failed; repairing in the next event reply", container=d.name,
                             code=str(exc.code()), details=exc.details())
         return "next-reply"
+
+    async def _sync_records(self, effect: SyncRecords) -> None:
+        """Update the runtime's record of each container, one after the other; the core hears the outcome."""
+        results = []
+        for item in effect.items:
+            path, error = "", ""
+            try:
+                if self.stub is not None and self.stub.supports_safe_unsolicited_updates:
+                    failed = await self.stub.update_containers([update_proto(item.container_id, item.cpus, item.mems)])
+                    path, error = ("", f"NRI update failed: {failed}") if failed else ("nri", "")
+                if not path and self.cri is not None:
+                    await self.cri.update_cpuset(item.container_id, str(item.cpus), mems_text(item.mems),
+                                                 timeout=self.plugin.pass_wait)
+                    path = "cri"
+            except Exception as exc:  # one container's failure is the core's to note; the loop goes on
+                error = repr(exc) if not isinstance(exc, grpc.aio.AioRpcError) else f"{exc.code()}: {exc.details()}"
+            results.append(ev.RecordResult(item.container_id, path, error))
+        self.metrics.record_updates.labels("ok").inc(sum(1 for r in results if r.path))
+        self.metrics.record_updates.labels("failed").inc(sum(1 for r in results if not r.path))
+        self.plugin.post(ev.RecordsSynced(effect.sync_id, results))
+        task = asyncio.current_task()
+        if task is not None:
+            self._record_tasks.discard(task)
 
     async def _check_online_cpus(self) -> None:
         """Returns once a check begun after this call has finished (checks asked meanwhile share it)."""

@@ -58,7 +58,7 @@ def synchronize(core: NodeCore, event: Synchronize) -> Reply:
     cgroups = event.cgroups
     result = rebuild(node.engine, core.prior, event.pods, event.containers, cgroups.get if cgroups else None)
     node.state, node.containers = result.state, Containers(result.containers)
-    node.told, node.via_reply = result.told, set()
+    node.told, node.via_reply, node.recorded = result.told, set(), result.recorded
     core.seeded.clear()
     core.waiting = result.waiting
     note_unreadable(result, core.metrics)

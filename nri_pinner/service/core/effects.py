@@ -52,6 +52,23 @@ class ArmTimer:
 
 
 @dataclass(frozen=True)
+class RecordItem:
+    container_id: str
+    name: str
+    cpus: CPUSet
+    mems: Mems
+
+
+@dataclass(frozen=True)
+class SyncRecords:
+    """Update the runtime's own record of these containers to these cpusets (one at a time), then reply
+    with `RecordsSynced(sync_id, ...)`. The runtime asks us (UpdateContainer) on the CRI path."""
+
+    sync_id: int
+    items: tuple[RecordItem, ...]
+
+
+@dataclass(frozen=True)
 class ListPodResources:
     """Ask the PodResources fetcher for a new List (its answer comes back as `PodResourcesListed`)."""
 
@@ -79,4 +96,4 @@ class Park:
     token: int
 
 
-Effect = WriteCgroups | Expedite | WriteCheckpoint | ArmTimer | ListPodResources | Resolve
+Effect = WriteCgroups | Expedite | WriteCheckpoint | ArmTimer | ListPodResources | SyncRecords | Resolve

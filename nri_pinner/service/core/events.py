@@ -128,6 +128,28 @@ class PodResourcesListed:
 
 
 @dataclass(frozen=True)
+class RecordSyncReady:
+    """The reconcile edge can update the runtime's records (it has a CRI client, or NRI is new enough)."""
+
+    ready: bool = True
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    container_id: str
+    path: str  # "cri" | "nri"; "" = not updated
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class RecordsSynced:
+    """The runtime record updates of `SyncRecords(sync_id)` are over (core/runtime_records.py)."""
+
+    sync_id: int
+    results: Sequence[RecordResult]
+
+
+@dataclass(frozen=True)
 class RuntimeRepaired:
     """A drift repair the reconcile edge sent through the runtime (NRI or CRI), or could not."""
 
@@ -150,4 +172,4 @@ class TopologyChanged:
 Event = (Configured | Synchronize | CreateContainer | StartContainer | StopContainer | RemoveContainer
          | StopPodSandbox | RemovePodSandbox | UpdateContainer | UpdatePodSandbox | ConnectionClosed | ReplyDiscarded
          | CgroupsWritten | TimerFired | AwaitPass | DriftCheck | CpusetsRead | RuntimeRepaired | TopologyChanged
-         | PodResourcesListed)
+         | PodResourcesListed | RecordSyncReady | RecordsSynced)

@@ -79,7 +79,7 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     t = Tracked(intent.container_id, req.container.pod_sandbox_id, intent, req.container.linux.cgroups_path)
     node.containers[t.container_id] = t
     cpus, mems = node.desired(t)
-    node.told[t.container_id] = (cpus, mems)
+    node.told[t.container_id] = node.recorded[t.container_id] = (cpus, mems)
     updates = pending_updates(core, exclude=t.container_id)
     node.record(decision, intent, outcome)
     core.commit()

@@ -34,6 +34,8 @@ from .events import (
     DriftCheck,
     Event,
     PodResourcesListed,
+    RecordsSynced,
+    RecordSyncReady,
     RemoveContainer,
     RemovePodSandbox,
     ReplyDiscarded,
@@ -50,6 +52,8 @@ from .events import (
 )
 from .passes import PassBook
 from .records import NodeState
+from .runtime_records import TIMER as RECORDS_TIMER
+from .runtime_records import RecordSync
 
 if TYPE_CHECKING:
     from ...config import Settings  # a type only: the settings module reads and checks files
@@ -75,6 +79,7 @@ class NodeCore:
         self.waiting: list[str] = []  # Guaranteed containers Synchronize left on the shared pool, oldest first
         self.stopped_sandboxes: set[str] = set()  # StopPodSandbox seen, RemovePodSandbox not yet
         self.passes = PassBook(self)
+        self.records = RecordSync(self, settings.reconcile.runtime_record_quiet_seconds)
         self.drift_batches: list[repairs.DriftBatch] = []  # drift repairs a pass is writing
         self.effects: list[Effect] = []  # of the event being handled
         self.node.publish()
@@ -117,6 +122,8 @@ class NodeCore:
             case CgroupsWritten():
                 return self.passes.written(event)
             case TimerFired():
+                if event.name == RECORDS_TIMER:
+                    return self.records.timer()
                 return self.passes.timer(event.name)
             case AwaitPass():
                 if not self.cgroup_writes:
@@ -130,6 +137,10 @@ class NodeCore:
                 return repairs.runtime_repaired(self, event)
             case TopologyChanged():
                 return repairs.topology_changed(self, event)
+            case RecordSyncReady():
+                return self.records.became_ready(event)
+            case RecordsSynced():
+                return self.records.synced(event)
             case PodResourcesListed():
                 self.node.listed_pods = event.pods  # read at the next create or stop (roles.py)
                 return None
@@ -146,6 +157,7 @@ class NodeCore:
                                                                                view.state))))
         if self.cgroup_writes:
             self.passes.want(view.generation)
+            self.records.changed()
         self.metrics.shared_pool_cpus.set(len(view.shared_pool))
         self.metrics.exclusive_cpus.set(len(view.state.exclusive_cpus()))
 

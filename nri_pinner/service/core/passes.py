@@ -61,6 +61,7 @@ class _InFlight:
     generation: int
     pool: CPUSet
     urgent: bool
+    record: bool = False  # a runtime record update holds the slot (core/runtime_records.py), not a pass
 
 
 class PassBook:
@@ -103,7 +104,8 @@ class PassBook:
             self.dispatch(urgent=True)  # at once: a reply waits (with nothing to write, it is over here)
         elif self.done < generation and flight is not None and not flight.urgent:
             flight.urgent = True  # a background pass a reply now waits for: at normal priority
-            self.core.effects.append(Expedite(flight.pass_id))
+            if not flight.record:
+                self.core.effects.append(Expedite(flight.pass_id))
         if self.done >= generation:
             return reply(False)
         token = self.new_token()
@@ -203,6 +205,28 @@ class PassBook:
             if waiter.generation <= self.done:
                 del self.waiters[token]
                 self.core.resolve(token, waiter.reply(False))
+
+    def busy(self) -> bool:
+        """A pass in flight, due, or waited for."""
+        return self.in_flight is not None or self.wanted > self.done or bool(self.waiters) or self.settle is not None
+
+    def hold(self) -> int:
+        """A runtime record update takes the slot of a pass: no pass runs beside it (runc writes the
+        cgroup with the set our reply named), and replies that wait for a pass wait for it too."""
+        node = self.core.node
+        pass_id = self.new_token()
+        self.in_flight = _InFlight(pass_id, node.generation, node.shared_pool, urgent=False, record=True)
+        return pass_id
+
+    def released(self, pass_id: int, rewrite: bool) -> None:
+        """The record update holding the slot is over; the pass it held back goes now (``rewrite``: a
+        cgroup it may have left behind is rewritten even without a change)."""
+        flight = self.in_flight
+        if flight is None or flight.pass_id != pass_id or not flight.record:
+            return
+        self.in_flight = None
+        if self.wanted > self.done or rewrite or self.waiters:
+            self.dispatch(urgent=bool(self.waiters))
 
     def forget(self) -> None:
         """A connection ended: its parked replies are gone with it (a pass in flight still reports: the

@@ -50,6 +50,7 @@ class Rebuilt:
     unreadable: list[Unreadable] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # Guaranteed ids left on the shared pool, oldest first
     told: dict[str, Told] = field(default_factory=dict)  # the cpusets the containers hold now
+    recorded: dict[str, Told] = field(default_factory=dict)  # the runtime's own record of them
 
 
 def _cpus(text: str) -> CPUSet:
@@ -172,6 +173,8 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
                                 started=c.state == api.CONTAINER_RUNNING, stopped=stopped, exit_code=c.exit_code)
         if actual:
             out.told[c.id] = (actual, mems)
+        if c.linux.resources.cpu.cpus:
+            out.recorded[c.id] = (_cpus(c.linux.resources.cpu.cpus), _mems(c.linux.resources.cpu.mems))
     state = state.with_shared(shared).with_reusable_recomputed()  # reusable init CPUs are not checkpointed
     created = {c.id: (c.created_at or 0) for c in active}  # v0.10+ runtimes only; else the order above
     out.waiting.sort(key=lambda cid: created[cid])

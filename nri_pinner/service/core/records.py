@@ -157,6 +157,9 @@ class NodeState:
     told: dict[str, Told] = field(default_factory=dict)
     # started containers whose cgroup write failed (or systemd refused): only a reply's NRI update reaches them
     via_reply: set[str] = field(default_factory=set)
+    # container id -> the cpuset the runtime's own record (containerd's stored spec) holds, as far as we
+    # know (absent = unknown); runc writes it back on any later update (core/runtime_records.py)
+    recorded: dict[str, Told] = field(default_factory=dict)
     # the PodResources List as last delivered, for init/app roles: (namespace, pod) -> listed containers
     # (None: no List, or the kubelet's socket is absent); `wants_listing`: a new List is to be asked for
     listed_pods: Mapping[tuple[str, str], frozenset[str]] | None = None
@@ -209,9 +212,11 @@ class NodeState:
     def drop(self, container_id: str) -> Tracked | None:
         """Forget a container: its record and what it was told."""
         self.told.pop(container_id, None)
+        self.recorded.pop(container_id, None)
         self.via_reply.discard(container_id)
         return self.containers.pop(container_id)
 
     def forget_told(self) -> None:
         """After a reply the runtime may not have applied: resend everything on the next one."""
         self.told.clear()
+        self.recorded.clear()

@@ -33,5 +33,5 @@ def reply_updates(node: NodeState, cgroup_writes: bool, exclude: str = "") -> li
         text = texts.get(desired) or texts.setdefault(desired, (str(desired[0]), mems_text(desired[1])))
         # riding on another container's reply: containerd logs a failed one and goes on; say so
         updates.append(CpusetUpdate(cid, *text, ignore_failure=True))
-        told[cid] = desired
+        told[cid] = node.recorded[cid] = desired
     return updates

@@ -84,7 +84,7 @@ def update_container(core: NodeCore, event: UpdateContainer) -> Reply:
             asked: CPUSet | None = CPUSet.parse(cpu.cpus) if cpu.cpus else None
         except CPUSetError:
             asked = None
-        if asked != desired:
+        if asked != desired and not core.records.is_ours(t.container_id):
             log.warning("cpuset changed through CRI by someone else; restoring", container=t.key[1],
                         asked=cpu.cpus, desired=str(desired))
         return _reply(core, t, False)
@@ -176,6 +176,7 @@ def _reply(core: NodeCore, t: Tracked, resized: bool) -> Reply:
     desired, mems = node.desired(t)
     if not (resized and t.started and core.cgroup_writes):
         node.told[t.container_id] = (desired, mems)
+    node.recorded[t.container_id] = (desired, mems)  # the runtime stores the set it applies
     return UpdatesReply((cpu_update(t.container_id, desired, mems), *pending_updates(core, exclude=t.container_id)))
 
 
