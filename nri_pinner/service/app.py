@@ -193,7 +193,8 @@ def run_from_config(path: str) -> int:
         print(f"nri-pinner run: cannot open log.file {settings.log.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     try:
-        claim = instance_lock.claim(settings.inspect.socket)  # before anything else is started
+        # before anything else is started: the inspection socket, and the runtime it registers with
+        claim = instance_lock.claim(settings.inspect.socket, settings.nri.socket)
     except (instance_lock.InstanceConflict, OSError) as exc:
         return _cannot_start(exc)
     try:
