@@ -77,11 +77,27 @@ def man_page() -> str:
         "plugin is registered with containerd and synchronized (\\fBsystemctl status\\fR shows what it waits "
         "for); a start not ready within 90 s (\\fBTimeoutStartSec=90s\\fR: NRI off, containerd down) fails "
         "and \\fBRestart=on\\-failure\\fR tries again.",
+        ".TP",
+        "\\fI/etc/logrotate.d/nri\\-pinner\\fR",
+        "Rotates \\fI/var/log/nri\\-pinner.log\\fR (the \\fBlog.file\\fR a pre\\-installed plugin writes) weekly; "
+        "its postrotate sends the plugin SIGHUP, which reopens \\fBlog.file\\fR.",
+        ".PP",
+        "At run time: the inspection socket \\fI/run/nri\\-pinner/nri\\-pinner.sock\\fR (\\fB[inspect] socket\\fR) "
+        "and its lock \\fI/run/nri\\-pinner/nri\\-pinner.sock.lock\\fR; the node\\-wide lock of the runtime "
+        "\\fI/run/nri\\-pinner/nri\\-run\\-nri\\-nri.sock.lock\\fR (named after \\fB[nri] socket\\fR: one "
+        "\\fBrun\\fR per runtime); each lock holds its holder's pid. The checkpoint "
+        "\\fI/var/lib/nri\\-pinner/checkpoint.json\\fR (\\fB[state] checkpoint\\fR). "
+        "\\fBenable\\-nri\\fR keeps containerd's original config as "
+        "\\fIconfig.toml.<time>.nri\\-pinner\\-backup\\fR beside it.",
         ".SH ENVIRONMENT",
         ".TP",
         "\\fBNOTIFY_SOCKET\\fR",
         "Set by systemd: \\fBrun\\fR sends READY=1 there once registered and synchronized, STATUS= lines, "
         "and STOPPING=1 when it stops (\\fBsd_notify\\fR(3)); not passed on to child processes.",
+        ".TP",
+        "\\fBNRI_PINNER_INSTALL_ROOT\\fR",
+        "Puts every host path \\fBinstall\\fR touches under this directory, and \\fBrun\\fR's node\\-wide "
+        "lock under its \\fIrun/nri\\-pinner\\fR (a run that is not root, tests).",
         ".SH SEE ALSO",
         "\\fBsystemctl\\fR(1), \\fBsd_notify\\fR(3), \\fBcontainerd\\fR(8)",
     ]

@@ -104,7 +104,11 @@ def test_man_page_files_name_the_packaged_paths() -> None:
     files = man_page().split(".SH FILES\n", 1)[1].split("\n.SH ", 1)[0]
     paths = [ln.removeprefix("\\fI").removesuffix("\\fR").replace("\\-", "-")
              for ln in files.splitlines() if ln.startswith("\\fI")]
-    assert paths == ["/etc/nri-pinner/config.toml", "/usr/lib/systemd/system/nri-pinner.service"], files
+    assert paths == ["/etc/nri-pinner/config.toml", "/usr/lib/systemd/system/nri-pinner.service",
+                     "/etc/logrotate.d/nri-pinner"], files
+    # every conffile the .deb ships is named (packaging/deb/conffiles)
+    conffiles = (Path(__file__).resolve().parents[2] / "packaging" / "deb" / "conffiles").read_text().split()
+    assert set(conffiles) <= set(paths), conffiles
 
 
 def test_completions_know_every_subcommand_and_option(tmp_path: Path) -> None:

@@ -42,3 +42,12 @@ def test_readme_says_run_refuses_a_second_instance_on_the_same_runtime() -> None
     readme = (REPO / "README.md").read_text()
     assert "/run/nri-pinner/nri-run-nri-nri.sock.lock" in readme
     assert "A second pinner with\nanother inspection socket is refused by `install`, not by `run`" not in readme
+
+
+def test_the_man_page_names_the_run_time_files_where_they_are() -> None:
+    from nri_pinner.clidoc import man_page
+    from nri_pinner.config import InspectSettings
+
+    page = man_page().replace("\\-", "-")
+    for path in (runtime_lock_path(NRISettings().socket, "/"), Path(InspectSettings().socket + ".lock")):
+        assert f"\\fI{path}\\fR" in page, path
