@@ -182,6 +182,8 @@ def _cannot_start(exc: Exception) -> int:
 
 
 def run_from_config(path: str) -> int:
+    # $NOTIFY_SOCKET speaks for the unit: out of the environment before any child process can start
+    notify = {k: os.environ.pop(k) for k in [readiness.NOTIFY_ENV] if k in os.environ}
     try:
         settings = load_settings(path)
     except ConfigError as exc:
@@ -215,7 +217,7 @@ def run_from_config(path: str) -> int:
         log.warning("configuration warning", warning=warning)
     # the wire loop must not wait 5 ms (the default) for the GIL while a writer thread runs
     sys.setswitchinterval(0.0005)
-    notifier = readiness.from_env(os.environ)  # taken out of the environment either way
+    notifier = readiness.from_env(notify)
     try:
         return asyncio.run(Service(settings, engine, nics=nics).run(claim, notifier))
     except StartError as exc:
