@@ -3,7 +3,9 @@ runtime, on a cgroup-v1 tree (cgroupfs driver layout) this test builds in tmp.
 
 Each test checks both halves: what the cgroup files hold when the new exclusive container's
 StartContainer returns, and which `ContainerUpdate`s replies still carry (only containers without
-a writable cgroup)."""
+a writable cgroup). Rules that need no cgroup files (a start not waiting for later changes, every
+update answered with the current cpuset, the start's wait) are tested at the core:
+tests/core/test_core_cgroup_pool.py."""
 
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ from nri_pinner.service.core import passes as core_passes
 from nri_pinner.service.core.events import CpusetsRead, DriftCheck
 from nri_pinner.service.core.passes import PassBook
 from nri_pinner.service.core.repairs import Drift, DriftProbe
-from testkit.fake_runtime import CONTAINERD_2_1_9
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 B, LATE = container(BPOD, "app", 100), container(BPOD, "late", 100)
@@ -68,14 +69,6 @@ async def shrunk_for_g(r: Running, root: Path) -> tuple[CPUSet, PassBook]:
     reply = await r.conn.create_container(create(GPOD, G))
     assert reply is not None
     return r.topology.online - CPUSet.parse(reply.adjust.linux.resources.cpu.cpus), await written(r.svc)
-
-
-def resize(c: api.Container, p: api.PodSandbox, shares: int, cpus: str) -> api.UpdateContainerRequest:
-    """A kubelet resize as containerd relays it: its merged spec, which keeps the create's cpuset."""
-    req = api.UpdateContainerRequest(pod=p, container=c)
-    req.linux_resources.cpu.shares.value = shares
-    req.linux_resources.cpu.cpus = cpus
-    return req
 
 
 async def test_a_guaranteed_create_shrinks_started_containers_in_their_cgroups(workdir: Path) -> None:
@@ -139,40 +132,6 @@ async def test_a_pass_closes_the_cgroup_files_of_containers_that_went_away(workd
         assert 'nri_pinner_cgroup_writes_total{kind="containers"} 3.0' in scraped
         assert 'nri_pinner_cgroup_writes_total{kind="failed"} 0.0' in scraped
     assert len(writer.files) == 0  # and every file at shutdown
-
-
-async def test_a_start_waits_for_the_pass_after_its_own_create_not_for_later_changes(
-        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Burstable create between the Guaranteed create and its start changes no started cgroup:
-    the start must not run (or wait for) a pass of its own."""
-    settings = make_settings(workdir)
-    root = Path(settings.reconcile.cgroup_root)
-    async with running(settings) as r:
-        pool, book = await shrunk_for_g(r, root)
-        passes = book.count
-        # every pass is held back now; only a waiting StartContainer would have one run at once
-        monkeypatch.setattr(core_passes, "SETTLE_SECONDS", 60.0)
-        await r.conn.create_container(create(BPOD, LATE))  # a newer generation; nothing started changes
-        await r.conn.state_change(api.START_CONTAINER, GPOD, G)
-        assert book.count == passes and held(root, B)[0] == pool
-
-
-async def test_every_update_is_answered_with_the_current_cpuset(workdir: Path) -> None:
-    """The rule that tells our cpuset-only updates from a kubelet resize (README), both directions."""
-    settings = make_settings(workdir)
-    root = Path(settings.reconcile.cgroup_root)
-    async with running(settings) as r:
-        online = r.topology.online
-        pool, _ = await shrunk_for_g(r, root)
-        current = {B.id: (str(pool), mems_for(r.topology, pool))}
-
-        # kubelet resize: shares set; containerd's stored spec still has the create's cpuset;
-        # a cpuset-only update asking for what we want (our own CRI repair coming back);
-        # a cpuset-only update from someone else (undone): all three get the current cpuset back
-        for shares, asked in ((512, online), (0, pool), (0, online)):
-            answer = await r.conn.update_container(resize(B, BPOD, shares, str(asked)))
-            assert answer is not None and cpuset_updates(answer.update) == current
-        # (the runtime applies what the replies carry; this fake runtime has no runc to do it)
 
 
 async def test_synchronize_trusts_the_cgroup_over_the_runtimes_stale_record(workdir: Path) -> None:
@@ -326,11 +285,3 @@ async def test_a_pool_that_only_grows_waits_longer_and_a_start_still_cuts_it_sho
         assert held(root, B)[0] == online - exclusive  # the widen is still settling
         await written(r.svc)
         assert held(root, B)[0] == online  # a waiter ends the settling at once
-
-
-@pytest.mark.parametrize("timeout", [2.0, 10.0])
-async def test_the_start_waits_for_the_pass_half_the_runtimes_request_timeout(workdir: Path, timeout: float) -> None:
-    """1 s under containerd's default 2 s; an emulated node's runtime given 10 s waits 5 s, so a slow
-    pass is not taken for a late one while the StartContainer reply still makes the deadline."""
-    async with running(make_settings(workdir), CONTAINERD_2_1_9, request_timeout=timeout) as r:
-        assert r.svc.plugin.pass_wait == timeout / 2
