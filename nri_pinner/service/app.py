@@ -134,12 +134,11 @@ class Service:
         try:
             if self.settings.metrics.enabled:
                 self._listen_for_metrics()
-            server = await start_server(self.settings.inspect.socket, self.document)
+            server = await start_server(self.settings.inspect.socket, self.document, on_bound=claim.bound)
         except BaseException:
             claim.release()
             await asyncio.to_thread(self._close)
             raise
-        claim.bound()
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
             loop.add_signal_handler(signal.SIGHUP, logs.reopen)  # logrotate's convention: reopen log.file

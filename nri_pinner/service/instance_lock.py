@@ -90,9 +90,9 @@ class SocketClaim:
         self.path, self.lock, self._fd, self._runtime_fd = path, lock_path(path), fd, runtime_fd
         self._bound: tuple[int, int] | None = None
 
-    def bound(self) -> None:
-        """The server created the socket file: remember which file is ours."""
-        st = self.path.stat()
+    def bound(self, st: os.stat_result | None = None) -> None:
+        """The server created the socket file ``st`` (default: what the path holds now): it is ours."""
+        st = st or self.path.stat()
         self._bound = (st.st_dev, st.st_ino)
 
     def release(self) -> None:

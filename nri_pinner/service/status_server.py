@@ -81,7 +81,10 @@ def _sections(doc: Callable[[], dict[str, Any]]) -> dict[str, Callable[[], Any]]
     }
 
 
-async def start_server(socket_path: str, document: Callable[[], dict[str, Any]]) -> grpc.aio.Server:
+async def start_server(socket_path: str, document: Callable[[], dict[str, Any]],
+                       on_bound: Callable[[os.stat_result], None] | None = None) -> grpc.aio.Server:
+    """``on_bound``: told which file the socket is (before it takes the path: a process that replaces
+    the path after that is never mistaken for this one)."""
     def handler(section: Callable[[], Any]) -> grpc.RpcMethodHandler[Any, Any]:
         async def call(_request: pb.InspectRequest, _context: grpc.aio.ServicerContext[Any, Any]) -> pb.JsonReply:
             return pb.JsonReply(json=json.dumps(section()))
@@ -109,6 +112,8 @@ async def start_server(socket_path: str, document: Callable[[], dict[str, Any]])
     finally:
         os.umask(old)
     os.chmod(bound, 0o600)
+    if on_bound is not None:
+        on_bound(os.stat(bound))
     if bound != path:
         os.replace(bound, path)
     return server
