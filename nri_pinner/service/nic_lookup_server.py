@@ -177,6 +177,19 @@ def peer_uid(conn: socket.socket) -> int:
     return int(uid)
 
 
+def warm_up() -> None:
+    """One read of this process's own namespace (no setns) before the first request: netlink's first use
+    costs ~150 ms (imports, setup), which would otherwise fall on the plugin's first lookup, most likely
+    one a create is waiting for."""
+    def read_own() -> None:
+        with contextlib.suppress(Exception):
+            read_devices("")
+
+    thread = threading.Thread(target=read_own, daemon=True)
+    thread.start()
+    thread.join(LOOKUP_SECONDS)
+
+
 def can_setns() -> bool:
     """Whether CAP_SYS_ADMIN is in this process's effective set (setns needs it; a seccomp filter may
     still refuse)."""
@@ -207,10 +220,13 @@ def serve_main(socket_path: str | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    began = time.perf_counter()
+    warm_up()
     if not can_setns():
         log.warning("no CAP_SYS_ADMIN: every lookup will be refused (systemd: CapabilityBoundingSet=CAP_SYS_ADMIN; "
                     "Kubernetes: capabilities.add [SYS_ADMIN])")
-    log.info("NIC lookup service listening", socket=path, pid=os.getpid())
+    log.info("NIC lookup service listening", socket=path, pid=os.getpid(),
+             warm_up_ms=round((time.perf_counter() - began) * 1000, 1))
     notifier = readiness.from_env(os.environ)  # Type=notify: ready once the socket listens
     if notifier is not None:
         notifier.send("READY=1", f"STATUS=listening on {path}")
