@@ -121,6 +121,12 @@ find "$stage$venv/lib" -type f -name '*.so' -exec strip --strip-unneeded --remov
     --remove-section=.note {} +
 [ -z "$(find "$stage$venv" -name '*.pyc' -print -quit)" ] || { echo "build-deb.sh: .pyc in the stage" >&2; exit 1; }
 install -m 0644 "$repo/systemd/nri-pinner.service" "$stage/usr/lib/systemd/system/nri-pinner.service"
+# The NIC lookup service (the one process with a capability, CAP_SYS_ADMIN) starts with the plugin: a
+# static Wants= link, so nothing is enabled for it and the maintainer scripts need not know it (its
+# PartOf= carries the plugin's stop and restart to it).
+install -m 0644 "$repo/systemd/nri-pinner-nic-lookup.service" "$stage/usr/lib/systemd/system/nri-pinner-nic-lookup.service"
+mkdir -p "$stage/usr/lib/systemd/system/nri-pinner.service.wants"
+ln -s ../nri-pinner-nic-lookup.service "$stage/usr/lib/systemd/system/nri-pinner.service.wants/nri-pinner-nic-lookup.service"
 install -m 0644 "$repo/nri_pinner/config/default.toml" "$stage/etc/nri-pinner/config.toml"
 install -D -m 0644 "$repo/packaging/deb/logrotate" "$stage/etc/logrotate.d/nri-pinner"
 ln -s ../lib/nri-pinner/venv/bin/nri-pinner "$stage/usr/bin/nri-pinner"
