@@ -19,6 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PART = "40-deb-unit"
 RESERVED = {0}  # the part sets reserved_cpus = "0"
+LOOKUP_UNIT = "nri-pinner-nic-lookup.service"
 
 
 def cpus(text: str) -> set[int]:
@@ -140,3 +141,38 @@ def test_an_upgrade_restarts_the_service_and_it_keeps_pinning(run: dict[str, Any
     assert writes is not None and writes["writes"] >= 1, writes
     assert writes["failed"] == 0 and writes.get("unit_failed", 0) == 0, writes
     assert up["journal"]["writes_off"] == [] and up["journal"]["tracebacks"] == [], up["journal"]["lines"][-60:]
+
+
+def test_the_nic_lookup_service_holds_sys_admin_only_and_serves_the_plugins_sandbox(run: dict[str, Any]) -> None:
+    """nri-pinner-nic-lookup.service came up with the plugin (the package's static Wants= link) holding
+    CAP_SYS_ADMIN and nothing else, the plugin holding nothing. A oneshot with every [Service] setting of
+    the installed nri-pinner.service (no capability, RestrictNamespaces=yes) cannot setns itself, and gets
+    the links of a network namespace made after the service started (as containerd makes a pod's, under
+    /run/netns) through the service's socket; a vanished namespace is the service's error, not a hang."""
+    nic = run["nic_lookup"]
+    assert nic["errors"] == [], "\n".join(nic["errors"])
+    unit = nic["unit"]
+    assert (unit["ActiveState"], unit["SubState"], unit["NRestarts"]) == ("active", "running", "0"), unit
+    sys_admin = 1 << 21
+    lookup, plugin = nic["lookup_process"], nic["plugin_process"]
+    assert int(lookup["CapEff"], 16) == int(lookup["CapBnd"], 16) == sys_admin, lookup
+    assert lookup["NoNewPrivs"] == "1" and lookup["Seccomp"] == "2", lookup
+    assert int(plugin["CapEff"], 16) == 0, plugin
+    assert nic["socket"] == "600 root socket", nic["socket"]
+    probe = nic["probe"]
+    assert probe["start_rc"] == 0 and "error" not in probe, probe
+    assert int(probe["status"]["CapEff"], 16) == 0 and probe["status"]["Seccomp"] == "2", probe["status"]
+    assert probe["direct"].startswith("SetnsRefused: [Errno 1]"), probe["direct"]
+    assert [(x["name"], x["kind"], x["numa"]) for x in probe["service"]] == [("eth0", "veth", None)], probe
+    assert probe["gone"].startswith("ServiceError: [Errno 2] No such file or directory"), probe["gone"]
+    print(f"\nNIC lookup through the service from the plugin's sandbox: {probe['service_ms']} ms; "
+          f"{LOOKUP_UNIT} exposure {nic['exposure']}")
+    assert nic["journal"]["tracebacks"] == [] and nic["unit_warnings"] == [], nic["journal"]["lines"][-40:]
+    assert nic["exposure"] is not None and nic["exposure"] <= 2.5, nic["security_table"]
+
+
+def test_an_upgrade_restarts_the_nic_lookup_service_with_the_plugin(run: dict[str, Any]) -> None:
+    before, after = run["nic_lookup"]["unit"], run["upgrade"]["nic_lookup_unit"]
+    assert after["ActiveState"] == "active", after
+    assert after["MainPID"] not in ("0", before["MainPID"]), (before, after)  # PartOf=nri-pinner.service
+
