@@ -15,6 +15,7 @@ Looked up once per sandbox (RunPodSandbox, or its first container) and cached; a
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -104,7 +105,10 @@ class NicLookup:
                  reader: Reader | None = None, on_late: Callable[[], None] | None = None) -> None:
         self.sysfs_root, self.wait_seconds, self.on_late = sysfs_root, wait_seconds, on_late
         self._reader: Reader = NetnsReader() if reader is None else reader  # the lookup service, else setns here
-        self._slots = threading.BoundedSemaphore(CONCURRENT_LOOKUPS)
+        # lookups wait in a queue for one of CONCURRENT_LOOKUPS dispatchers (started at the first), each
+        # running one lookup at a time on a fresh thread (a setns'd thread is never reused)
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._dispatchers: list[threading.Thread] = []
         self._pending: dict[str, Future[SandboxNics]] = {}  # by sandbox id
         self._by_pod: dict[str, str] = {}  # pod key -> sandbox id
         self.late = 0
@@ -126,18 +130,28 @@ class NicLookup:
         if not path and names is None:  # host network and nothing named: no constraint
             future.set_result(SandboxNics(pod.id, key, ""))
             return future
-        threading.Thread(target=self._run, args=(future, pod.id, key, path, names),
-                         name=f"nri-pinner-netns-{pod.id[:12]}", daemon=True).start()
+        if not self._dispatchers:  # the node thread is the only caller: no race on the first start
+            self._dispatchers = [threading.Thread(target=self._dispatch, name=f"nri-pinner-nics-{i}", daemon=True)
+                                 for i in range(CONCURRENT_LOOKUPS)]
+            for t in self._dispatchers:
+                t.start()
+        self._jobs.put(lambda: self._run(future, pod.id, key, path, names))
         return future
+
+    def _dispatch(self) -> None:
+        while True:
+            job = self._jobs.get()
+            lookup = threading.Thread(target=job, name="nri-pinner-netns", daemon=True)
+            lookup.start()
+            lookup.join()
 
     def _run(self, future: Future[SandboxNics], sandbox: str, key: str, path: str,
              names: tuple[str, ...] | None) -> None:
-        with self._slots:
-            started = time.perf_counter()
-            try:
-                links, problem = self._reader(path, self.sysfs_root, names), ""
-            except Exception as exc:
-                links, problem = (), f"NIC lookup failed: {exc}"
+        started = time.perf_counter()
+        try:
+            links, problem = self._reader(path, self.sysfs_root, names), ""
+        except Exception as exc:
+            links, problem = (), f"NIC lookup failed: {exc}"
         result = SandboxNics(sandbox, key, path, links, problem, time.perf_counter() - started)
         if problem:
             log.warning("NIC lookup failed; no NIC hints for this pod", pod=key, netns=path or "host", error=problem)
