@@ -78,6 +78,12 @@ def man_page() -> str:
         "for); a start not ready within 90 s (\\fBTimeoutStartSec=90s\\fR: NRI off, containerd down) fails "
         "and \\fBRestart=on\\-failure\\fR tries again.",
         ".TP",
+        "\\fI/usr/lib/systemd/system/nri\\-pinner\\-nic\\-lookup.service\\fR",
+        "The NIC lookup service (\\fBnri\\-pinner nic\\-lookup\\-server\\fR), started with the plugin's unit: the "
+        "only process holding a capability (\\fBCAP_SYS_ADMIN\\fR, to enter a pod's network namespace); it answers "
+        "the plugin on \\fI/run/nri\\-pinner\\-nic\\-lookup/nic\\-lookup.sock\\fR "
+        "(\\fBNRI_PINNER_NIC_LOOKUP_SOCKET\\fR, \\fB\"\"\\fR = never ask).",
+        ".TP",
         "\\fI/etc/logrotate.d/nri\\-pinner\\fR",
         "Rotates \\fI/var/log/nri\\-pinner.log\\fR (the \\fBlog.file\\fR a pre\\-installed plugin writes) weekly; "
         "its postrotate sends the plugin SIGHUP, which reopens \\fBlog.file\\fR.",

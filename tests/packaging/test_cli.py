@@ -105,7 +105,7 @@ def test_man_page_files_name_the_packaged_paths() -> None:
     paths = [ln.removeprefix("\\fI").removesuffix("\\fR").replace("\\-", "-")
              for ln in files.splitlines() if ln.startswith("\\fI")]
     assert paths == ["/etc/nri-pinner/config.toml", "/usr/lib/systemd/system/nri-pinner.service",
-                     "/etc/logrotate.d/nri-pinner"], files
+                     "/usr/lib/systemd/system/nri-pinner-nic-lookup.service", "/etc/logrotate.d/nri-pinner"], files
     # every conffile the .deb ships is named (packaging/deb/conffiles)
     conffiles = (Path(__file__).resolve().parents[2] / "packaging" / "deb" / "conffiles").read_text().split()
     assert set(conffiles) <= set(paths), conffiles
