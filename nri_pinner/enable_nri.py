@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from .durable import sync_directory
+
 NRI = "io.containerd.nri.v1.nri"
 SHORT = "nri"  # the id a version-1 file names it by (containerd 1.7)
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
@@ -222,11 +224,7 @@ def _write(path: Path, text: str, like: os.stat_result | None) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    sync_directory(path.parent)
 
 
 def backup_path(path: Path) -> Path:

@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from ..durable import sync_directory
 from .core.checkpoint import FORMAT_VERSION, KIND, MAX_BYTES, LoadedCheckpoint, decode, encode
 
 __all__ = ["FORMAT_VERSION", "KIND", "LoadedCheckpoint", "decode", "encode", "read", "write"]
@@ -84,8 +85,4 @@ def write(path: str | Path, body: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    dfd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    sync_directory(target.parent)
