@@ -17,31 +17,26 @@ an accounting error or loops forever), the best combination as scored is used in
 Speed (16 NUMA nodes, hundreds of CPUs: C(16, k) combinations, each with up to 2^k remainder
 subsets): a combination whose balance floor (``_balance_floor``, cached per multiset of free
 counts) is no better than the best so far is skipped, since only a strictly better one replaces
-it; the search walks plain tuples and the Go aliasing is replayed once, for the winner.
+it; the search walks plain tuples and the Go aliasing is replayed once, for the winner. Equal
+free counts are searched by multiset (``distributed_classes``), mostly distinct ones through a
+bound over whole blocks of combinations (``distributed_search``), and a combination's remainder
+subsets by their first members and bounds (``distributed_remainder``): the same pick, far fewer
+scored. Each node's share is packed by ``packed_mask``, whose sort orders are trivial when the
+free CPUs lie in one node.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from ..errors import InsufficientCPUs
 from .distributed_classes import active_combinations, class_floors, rank, unrank
+from .distributed_remainder import best_remainder, go_round3, stddev
+from .distributed_search import least_first
 from .index import TopologyIndex
 from .packed import Accumulator, packed_mask
-
-
-def _go_round3(x: float) -> float:
-    # Go's math.Round (half away from zero); the inputs here are never negative.
-    return math.floor(x * 1000 + 0.5) / 1000
-
-
-def _stddev(values: list[int]) -> float:
-    mean = _go_round3(sum(values) / len(values))
-    var = sum((v - mean) * (v - mean) for v in values) / len(values)
-    return _go_round3(math.sqrt(var))
 
 
 class _GoSlice:
@@ -107,23 +102,6 @@ def _aliased_combination(items: list[int], k: int, position: int, seen: int) -> 
     return tuple(items[i] for i in last)
 
 
-def _spread_remainder(after: dict[int, int], subset: tuple[int, ...], remainder: int, group: int) -> bool:
-    """Hand out ``remainder`` CPUs in groups round-robin over ``subset``; False if it cannot finish."""
-    while remainder > 0:
-        progressed = False
-        for numa in subset:
-            if remainder == 0:
-                break
-            if after[numa] < group:
-                continue
-            after[numa] -= group
-            remainder -= group
-            progressed = True
-        if not progressed:  # the kubelet would loop forever here; treat the subset as unusable
-            return False
-    return True
-
-
 Plan = tuple[tuple[int, ...], tuple[int, ...]]  # (NUMA nodes, remainder NUMA nodes)
 
 
@@ -136,8 +114,8 @@ def _balance_floor(combo: tuple[int, ...], free_per_numa: dict[int, int], numas:
     subset" to "any groups on any nodes of the combination", the least squared spread takes each
     group from the currently fullest node (the sum is separable and convex). The float sum is
     lowered by a margin far above its rounding error, and sqrt / rounding are monotone, so the
-    result never exceeds what ``_stddev`` returns for any subset."""
-    mean = _go_round3((sum(free_per_numa[x] for x in numas) - n) / len(numas))
+    result never exceeds what ``stddev`` returns for any subset."""
+    mean = go_round3((sum(free_per_numa[x] for x in numas) - n) / len(numas))
     inside = set(combo)
     spread = sum((free_per_numa[x] - mean) ** 2 for x in numas if x not in inside)
     left = [-(free_per_numa[x] - distribution) for x in combo]  # max-heap of what each node keeps
@@ -145,7 +123,7 @@ def _balance_floor(combo: tuple[int, ...], free_per_numa: dict[int, int], numas:
     for _ in range(remainder // group):
         heapq.heapreplace(left, left[0] + group)
     spread += sum((-v - mean) ** 2 for v in left)
-    return _go_round3(math.sqrt(spread * (1 - 1e-9) / len(numas)))
+    return go_round3(math.sqrt(spread * (1 - 1e-9) / len(numas)))
 
 
 def _combo_floor(combo: tuple[int, ...], free_per_numa: dict[int, int], numas: list[int], n: int,
@@ -188,29 +166,12 @@ def _best_for_combo(
     for x in combo:
         after[x] -= distribution
     if remainder == 0:
-        return _stddev([after[x] for x in numas]), None, ()
+        return stddev([after[x] for x in numas]), None, ()
     candidates = [x for x in combo if after[x] >= group]
-    best = math.inf
-    best_at = (0, 0)  # (k, position) of the best subset
-    best_subset: tuple[int, ...] = ()
-    scores: dict[tuple[int, ...], float] = {}  # many subsets end in the same counts (the first few get groups)
-    for k in range(len(candidates), 0, -1):
-        for position, subset in enumerate(itertools.combinations(candidates, k)):  # the kubelet's order
-            if sum(after[x] for x in subset) < remainder:
-                continue
-            trial = dict(after)
-            if not _spread_remainder(trial, subset, remainder, group):
-                continue
-            ends = tuple(trial[x] for x in combo)
-            balance = scores.get(ends, -1.0)
-            if balance < 0:
-                balance = scores[ends] = _stddev([trial[x] for x in numas])
-            if balance < best:
-                best, best_at, best_subset = balance, (k, position), subset
+    best, (k, position), best_subset = best_remainder(candidates, after, numas, remainder, group, floor)
     if not best_subset:
         return best, None, best_subset
     # what the kubelet's slice holds once every k-subset was generated (Go aliasing, replayed once)
-    k, position = best_at
     return best, _aliased_combination(candidates, k, position, math.comb(len(candidates), k)), best_subset
 
 
@@ -241,35 +202,6 @@ def _carry_out(idx: TopologyIndex, acc: Accumulator, plan: Plan, n: int, group: 
             return True
     acc.free, acc.result, acc.needed = free, result, needed
     return False
-
-
-def _least_first(numas: list[int], k: int, free_per_numa: dict[int, int], distribution: int,
-                 floor_of: Callable[[tuple[int, ...]], float | None], n: int, group: int,
-                 floors: dict[tuple[int, ...], float | None],
-                 ) -> tuple[int, float, tuple[int, ...] | None, Plan] | None:
-    """The kubelet's pick among the k-combinations (the first, in its order, of those with the least
-    score), scoring them by ascending floor: once a floor exceeds the least score found, nothing
-    left can reach it; a floor equal to it can only tie, which counts for an earlier combination."""
-    ranked = []
-    for i, (_, combo) in enumerate(active_combinations(numas, k, free_per_numa, None, distribution,
-                                                       lambda: math.inf)):
-        floor = floor_of(combo)
-        if floor is not None:
-            ranked.append((floor, i, combo))
-    ranked.sort()
-    best: tuple[float, int, tuple[int, ...], tuple[int, ...] | None, tuple[int, ...]] | None = None
-    for floor, i, combo in ranked:
-        if best is not None and (floor > best[0] or (floor == best[0] and i > best[1])):
-            if floor > best[0]:
-                break
-            continue
-        scored = _best_for_combo(combo, free_per_numa, numas, n, group, math.inf, floors)
-        if scored is not None and (best is None or scored[0] < best[0] or (scored[0] == best[0] and i < best[1])):
-            best = (scored[0], i, combo, scored[1], scored[2])
-    if best is None or best[0] == math.inf:
-        return None
-    score, _, combo, rest_view, rest = best
-    return rank(len(numas), [numas.index(x) for x in combo]), score, rest_view, (combo, rest)
 
 
 def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: bool) -> int:
@@ -309,7 +241,8 @@ def distributed_mask(idx: TopologyIndex, free: int, n: int, group: int, spread: 
         total = math.comb(len(numas), k)
         seen = total  # combinations the kubelet's loop generates (it checks for a perfect score after each)
         if classes is None:  # counts mostly distinct: score by floor, best floors first
-            found = _least_first(numas, k, free_per_numa, distribution, floor_of, n, group, floors)
+            found = least_first(numas, k, free_per_numa, distribution, n, group, floor_of,
+                                lambda c: _best_for_combo(c, free_per_numa, numas, n, group, math.inf, floors))
             if found is None:
                 continue
             position, score, rest_view, scored_plan = found

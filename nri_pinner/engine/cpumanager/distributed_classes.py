@@ -12,20 +12,26 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
-Classes = list[tuple[Counter[int], float]]  # (multiset of free counts, its floor), those that can hold N
+Classes = list[tuple[tuple[int, ...], float]]
+"""Each multiset of k nodes' free counts that can hold N, with its floor; a multiset is how many
+nodes of each distinct free count it takes, in the order of ``_counts``."""
+
+
+def _counts(numas: list[int], free: dict[int, int]) -> dict[int, list[int]]:
+    """The nodes by free count, counts in order of first appearance in ``numas``."""
+    groups: dict[int, list[int]] = {}
+    for x in numas:
+        groups.setdefault(free[x], []).append(x)
+    return groups
 
 
 def class_floors(numas: list[int], free: dict[int, int], k: int,
                  floor_of: Callable[[tuple[int, ...]], float | None]) -> Classes | None:
     """Every multiset of k nodes' free counts with its floor (``floor_of`` a representative), or
     None when there are more than 64 (counts mostly distinct: no cheaper than the combinations)."""
-    groups: dict[int, list[int]] = {}
-    for x in numas:
-        groups.setdefault(free[x], []).append(x)
-    members = list(groups.values())
+    members = list(_counts(numas, free).values())
     ways = [1] + [0] * k  # ways[j]: multisets of j counts, as the groups are added
     for group in members:
         ways = [sum(ways[j - t] for t in range(min(j, len(group)) + 1)) for j in range(k + 1)]
@@ -33,16 +39,19 @@ def class_floors(numas: list[int], free: dict[int, int], k: int,
         return None
     room = [sum(len(g) for g in members[i:]) for i in range(len(members) + 1)]
     out: Classes = []
+    taken = [0] * len(members)
 
     def walk(i: int, left: int, combo: tuple[int, ...]) -> None:
         if left == 0:
             floor = floor_of(combo)
             if floor is not None:
-                out.append((Counter(free[x] for x in combo), floor))
+                out.append((tuple(taken), floor))
             return
         if room[i] >= left:
             for take in range(min(left, len(members[i])), -1, -1):
+                taken[i] = take
                 walk(i + 1, left - take, combo + tuple(members[i][:take]))
+            taken[i] = 0
 
     walk(0, k, ())
     return out
@@ -61,34 +70,42 @@ def active_combinations(numas: list[int], k: int, free: dict[int, int], classes:
         for chosen_at in itertools.combinations(eligible, k):
             yield chosen_at, tuple(numas[i] for i in chosen_at)
         return
-    values = [free[x] for x in numas]
-    after = [Counter(values[i:]) for i in range(m + 1)]  # counts still available from index i
+    slot = {v: j for j, v in enumerate(_counts(numas, free))}  # free count -> place in a multiset
+    kinds = [slot[free[x]] for x in numas]
+    ahead = [[0] * len(slot) for _ in range(m + 1)]  # ahead[i]: nodes of each count from index i on
+    for i in range(m - 1, -1, -1):
+        ahead[i][:] = ahead[i + 1]
+        ahead[i][kinds[i]] += 1
+    chosen = [0] * len(slot)
+    at: list[int] = []
 
-    def feasible(chosen: Counter[int], start: int) -> bool:
-        limit = bound()
+    def feasible(start: int) -> bool:
+        limit, left = bound(), ahead[start]
         for wanted, floor in classes:
-            if floor >= limit:
-                continue
             # the prefix fits in the multiset, and what the multiset still lacks lies ahead
-            if all(c <= wanted[v] for v, c in chosen.items()) and all(
-                    c - chosen[v] <= after[start][v] for v, c in wanted.items()):
+            if floor < limit and all(c <= w <= c + a for c, w, a in zip(chosen, wanted, left, strict=True)):
                 return True
         return False
-
-    chosen: Counter[int] = Counter()
-    at: list[int] = []
 
     def walk(start: int, slots: int) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]]:
         if slots == 0:
             yield tuple(at), tuple(numas[i] for i in at)
             return
+        # a count that failed here fails again further on: the same prefix, fewer nodes ahead,
+        # and the bound only falls
+        failed: set[int] = set()
         for i in range(start, m - slots + 1):
-            chosen[values[i]] += 1
-            if feasible(chosen, i + 1):
+            kind = kinds[i]
+            if kind in failed:
+                continue
+            chosen[kind] += 1
+            if feasible(i + 1):
                 at.append(i)
                 yield from walk(i + 1, slots - 1)
                 at.pop()
-            chosen[values[i]] -= 1
+            else:
+                failed.add(kind)
+            chosen[kind] -= 1
 
     yield from walk(0, k)
 

@@ -39,9 +39,12 @@ class TopologyIndex:
         "numa_first",
         "numa_ids",
         "numa_mask",
+        "numa_of_cpu",
         "numas_in_socket",
+        "regular_cores",
         "socket_ids",
         "socket_mask",
+        "socket_of_cpu",
         "sockets_in_numa",
         "uncore_ids",
         "uncore_mask",
@@ -53,6 +56,8 @@ class TopologyIndex:
         if not online:
             raise ValueError("topology has no online CPUs")
         self.core_of_cpu: dict[int, int] = {info.cpu: topology.core_of[info.cpu] for info in online}
+        self.numa_of_cpu: dict[int, int] = {info.cpu: info.numa for info in online}
+        self.socket_of_cpu: dict[int, int] = {info.cpu: info.socket for info in online}
 
         self.core_mask: dict[int, int] = {}
         self.socket_mask: dict[int, int] = {}
@@ -97,6 +102,10 @@ class TopologyIndex:
         self.cpus_per_uncore = n_cpus // len(self.uncore_mask)
         # NUMA nodes are the outer level unless sockets are fewer than NUMA nodes.
         self.numa_first = len(self.socket_mask) >= len(self.numa_mask)
+        # Every core has cpus_per_core CPUs, in one NUMA node and one socket (lets the whole-core
+        # step test "all free" instead of counting, and skip its duplicate check).
+        self.regular_cores = len(pairs_nc) == len(pairs_sc) == len(self.core_mask) and all(
+            m.bit_count() == self.cpus_per_core for m in self.core_mask.values())
 
 
 def _relation(pairs: Iterable[tuple[int, int]]) -> dict[int, list[int]]:

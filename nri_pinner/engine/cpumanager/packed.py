@@ -8,7 +8,7 @@ caches (optional), whole cores, then single threads. Both the public allocators
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from ..errors import InsufficientCPUs
 from .index import TopologyIndex
@@ -50,24 +50,43 @@ class Accumulator:
         inner: dict[int, list[int]],
         outer_masks: dict[int, int],
         inner_masks: dict[int, int],
+        owner: dict[int, int] | None = None,
     ) -> list[int]:
         out: list[int] = []
         seen: set[int] = set()
         for o in outer:
-            for i in self._by_free(inner.get(o, ()), inner_masks, outer_masks[o]):
+            ids: Sequence[int] = inner.get(o, ())
+            # only the groups holding free CPUs get through _by_free: find them from few CPUs
+            found = ids if owner is None else _owners(owner, self.free & outer_masks[o], ids)
+            for i in self._by_free(found, inner_masks, outer_masks[o]):
                 if i not in seen:
                     seen.add(i)
                     out.append(i)
         return out
 
+    def _sole(self, group_of_cpu: dict[int, int], masks: dict[int, int]) -> list[int] | None:
+        """[g] when every free CPU is in group g ([] when none is free): any sort order of that
+        level is then just g. None otherwise. (A NUMA node's own allocation, distributed.py's.)"""
+        free = self.free
+        if not free:
+            return []
+        g = group_of_cpu.get((free & -free).bit_length() - 1)
+        return [g] if g is not None and free & ~masks[g] == 0 else None
+
     def sorted_numas(self) -> list[int]:
         idx = self.idx
+        sole = self._sole(idx.numa_of_cpu, idx.numa_mask)
+        if sole is not None:
+            return sole
         if idx.numa_first:
             return self._by_free(idx.numa_ids, idx.numa_mask)
         return self._nested(self.sorted_sockets(), idx.numas_in_socket, idx.socket_mask, idx.numa_mask)
 
     def sorted_sockets(self) -> list[int]:
         idx = self.idx
+        sole = self._sole(idx.socket_of_cpu, idx.socket_mask)
+        if sole is not None:
+            return sole
         if idx.numa_first:
             return self._nested(self.sorted_numas(), idx.sockets_in_numa, idx.numa_mask, idx.socket_mask)
         return self._by_free(idx.socket_ids, idx.socket_mask)
@@ -75,8 +94,9 @@ class Accumulator:
     def sorted_cores(self) -> list[int]:
         idx = self.idx
         if idx.numa_first:
-            return self._nested(self.sorted_sockets(), idx.cores_in_socket, idx.socket_mask, idx.core_mask)
-        return self._nested(self.sorted_numas(), idx.cores_in_numa, idx.numa_mask, idx.core_mask)
+            return self._nested(self.sorted_sockets(), idx.cores_in_socket, idx.socket_mask, idx.core_mask,
+                                idx.core_of_cpu)
+        return self._nested(self.sorted_numas(), idx.cores_in_numa, idx.numa_mask, idx.core_mask, idx.core_of_cpu)
 
     def sorted_uncores(self) -> list[int]:
         idx = self.idx
@@ -104,8 +124,34 @@ class Accumulator:
         self._take_whole(self.sorted_uncores(), masks, lambda u: masks[u].bit_count())
 
     def take_full_cores(self) -> None:
-        per_core = self.idx.cpus_per_core
-        self._take_whole(self.sorted_cores(), self.idx.core_mask, lambda _c: per_core)
+        # _take_whole(sorted_cores()) in one pass without the sort: the candidates (free count =
+        # cpus_per_core) all sort alike, so they come by id within each outer group, as the inner
+        # lists are kept; cores are disjoint, so taking one leaves the others' counts as listed.
+        idx = self.idx
+        per_core, masks, free, needed = idx.cpus_per_core, idx.core_mask, self.free, self.needed
+        outer, inner = ((self.sorted_sockets(), idx.cores_in_socket) if idx.numa_first
+                        else (self.sorted_numas(), idx.cores_in_numa))
+        taken = 0
+        if idx.regular_cores:  # a candidate is a wholly free core, and each takes per_core CPUs
+            for o in outer:
+                for i in inner[o]:
+                    if needed < per_core:
+                        break
+                    mask = masks[i]
+                    if mask & free == mask:
+                        taken |= mask
+                        needed -= per_core
+        else:
+            seen: set[int] = set()  # a core spanning outer groups counts in the first (as _nested)
+            for o in outer:
+                for i in inner.get(o, ()):
+                    mask = masks[i]
+                    if (mask & free).bit_count() == per_core and i not in seen:
+                        seen.add(i)
+                        if needed >= mask.bit_count():
+                            taken |= mask & free
+                            needed -= per_core
+        self.take(taken)
 
     def take_first_level(self) -> None:
         if self.idx.numa_first:
@@ -148,12 +194,26 @@ class Accumulator:
                 return
 
     # -- single threads -------------------------------------------------------------------
+    def _cores_lazily(self) -> Iterator[int]:
+        """sorted_cores() one outer group at a time, for regular cores: a few threads seldom need
+        every group sorted, and taking from one group changes no other group's order (no core
+        spans two, so neither its free counts nor, on resize, what it holds)."""
+        idx = self.idx
+        outer, inner, masks = ((self.sorted_sockets(), idx.cores_in_socket, idx.socket_mask) if idx.numa_first
+                               else (self.sorted_numas(), idx.cores_in_numa, idx.numa_mask))
+        for o in outer:
+            yield from self._by_free(_owners(idx.core_of_cpu, self.free & masks[o], inner[o]), idx.core_mask, masks[o])
+
     def take_remaining(self, spread: bool) -> None:
         """Take threads in the kubelet's order: by core (packed) or by socket (spread)."""
         idx = self.idx
-        groups, masks = (
-            (self.sorted_sockets(), idx.socket_mask) if spread else (self.sorted_cores(), idx.core_mask)
-        )
+        groups: Iterable[int]
+        if spread:
+            groups, masks = self.sorted_sockets(), idx.socket_mask
+        elif idx.regular_cores:
+            groups, masks = self._cores_lazily(), idx.core_mask
+        else:
+            groups, masks = self.sorted_cores(), idx.core_mask
         free = self.free
         for g in groups:
             m = masks[g] & free
@@ -163,6 +223,19 @@ class Accumulator:
                 m ^= low
             if self.needed <= 0:
                 return
+
+
+def _owners(owner: dict[int, int], cpus: int, ids: Sequence[int]) -> Iterable[int]:
+    """The groups of ``ids`` holding a CPU of ``cpus``, found from the CPUs when they are few
+    (``owner``: CPU -> group; the group of every CPU in ``cpus`` is one of ``ids``)."""
+    if cpus.bit_count() * 2 >= len(ids):
+        return ids
+    found: set[int] = set()
+    while cpus:
+        low = cpus & -cpus
+        found.add(owner[low.bit_length() - 1])
+        cpus ^= low
+    return found
 
 
 def packed_mask(idx: TopologyIndex, free: int, n: int, spread: bool, uncore: bool) -> int:

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..errors import TopologyAffinityError
-from .hints import ResourceHints, format_mask
+from .cpu_hints import CPUTopologyHints
+from .hints import ResourceHints, TopologyHint, format_mask
 from .merge import MergeResult, TopologyManager, admits
 
 FIXED = ("devices", "static")  # providers describing what the container already has
@@ -67,16 +68,32 @@ def with_preferences(result: MergeResult, names: Sequence[str], answers: Sequenc
         for resource, hints in (answer or {}).items():
             if hints is None:
                 continue
-            preferred: list[str] = []
-            for seen, h in enumerate(hints):  # kubelet order: narrowest first, so preferred ones lead
-                if (preferred and not h.preferred) or seen >= 256:
-                    break
-                if h.preferred:
-                    preferred.append(format_mask(h.affinity))
-                    if len(preferred) == 4:  # all the message shows
-                        break
+            preferred = _leading_preferred(hints)
             label = name if resource == name else f"{name} ({resource})"
             wanted.append(f"{label} prefers {' or '.join(preferred) or 'nothing it can satisfy'}")
     if not wanted or result.error is None:
         return result
     return replace(result, error=TopologyAffinityError(f"{result.error}; {'; '.join(wanted)}"))
+
+
+def _leading_preferred(hints: Sequence[TopologyHint]) -> list[str]:
+    """The first run of preferred hints starting among the first 256, at most 4 (all a message shows)."""
+    if type(hints) is CPUTopologyHints and hints.min_sockets is None:
+        # Preferred means min_affinity nodes, and the list comes by size: a narrowest hint wider
+        # than that means none is preferred (walking 256 hints to learn it cost more than the
+        # merge); one that size means the run starts at the first hint.
+        narrowest = hints.narrowest_count
+        if narrowest is None or narrowest > hints.min_affinity:
+            return []
+        if narrowest == hints.min_affinity:
+            return [format_mask(h.affinity)
+                    for h in itertools.takewhile(lambda h: h.preferred, itertools.islice(hints, 4))]
+    preferred: list[str] = []
+    for seen, h in enumerate(hints):  # kubelet order: narrowest first, so preferred ones lead
+        if (preferred and not h.preferred) or seen >= 256:
+            break
+        if h.preferred:
+            preferred.append(format_mask(h.affinity))
+            if len(preferred) == 4:
+                break
+    return preferred
