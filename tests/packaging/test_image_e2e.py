@@ -72,9 +72,10 @@ KUBELET_MASKED_PATHS = ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys
 KUBELET_READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
 
 
-def security_context(pb: Any, ns: Any) -> Any:
-    """The manifest's securityContext as kubelet sends it over CRI (kuberuntime security_context.go)."""
-    sc = plugin_container()["securityContext"]
+def security_context(pb: Any, ns: Any, sc: dict[str, Any] | None = None) -> Any:
+    """The manifest's securityContext (the plugin container's, or ``sc``) as kubelet sends it over CRI
+    (kuberuntime security_context.go)."""
+    sc = plugin_container()["securityContext"] if sc is None else sc
     privileged = bool(sc.get("privileged", False))
     caps = sc.get("capabilities", {})
     out = pb.LinuxContainerSecurityContext(
