@@ -17,8 +17,9 @@ kubelet's systemd driver and runc make it do (docs/systemd-reapply.md):
 
 Under the cgroupfs driver only churn and sibling-update apply (no units hold the pods). Sample and
 violation counts per trigger go to the part's figures. The second test is the proof the check can
-fail: with the plugin's systemd calls off (reconcile.systemd_bus = ""), the own-scope and
-sibling-update triggers put a shared container back on an exclusive CPU.
+fail: with the plugin's systemd calls off (reconcile.systemd_bus = "") and its runtime record updates
+off (their runc update also sets the scope's AllowedCPUs), the own-scope and sibling-update triggers put
+a shared container back on an exclusive CPU.
 """
 
 from __future__ import annotations
@@ -117,8 +118,10 @@ class Scenario:
 
     def setup(self) -> None:
         rt = self.runtime
-        # untold: the plugin's D-Bus calls off, direct cgroup writes only (the code before systemd_units)
-        self.pinner = start_pinner(rt) if self.told else start_pinner(rt, reconcile={"systemd_bus": ""})
+        # untold: the plugin's D-Bus calls off, direct cgroup writes only (the code before systemd_units);
+        # the runtime record updates off too: their runc update sets the scope's AllowedCPUs as well
+        self.pinner = start_pinner(rt) if self.told else start_pinner(
+            rt, reconcile={"systemd_bus": "", "runtime_record_quiet_seconds": 0})
         # pod A: a sidecar (restartable init, created first as the kubelet does) and an app container
         self.pod_a = rt.run_pod("burstable", 250, 500, containers=0)
         res = resources_for("burstable", 250, 500, None, None)
