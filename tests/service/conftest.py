@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from run_process import Run, terminate
 from svc_harness import close_services
 
 
@@ -18,3 +19,12 @@ def workdir() -> Iterator[Path]:
     yield Path(directory)
     close_services()  # checkpoint writers finish before their directory goes
     shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def runs() -> Iterator[list[Run]]:
+    """`nri-pinner run` processes a test started: ended at teardown whatever the test did."""
+    started: list[Run] = []
+    yield started
+    for run in started:
+        terminate(run)

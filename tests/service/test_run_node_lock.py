@@ -6,23 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from run_process import Run, config_text, start_with, terminate
+from run_process import Run, config_text, start_with
 
 from nri_pinner.service.instance_lock import RUN_DIR, runtime_lock_path
 
 NOISE = ("Traceback", "Event loop is closed", "never awaited")
-
-
-@pytest.fixture
-def runs() -> Iterator[list[Run]]:
-    started: list[Run] = []
-    yield started
-    for run in started:
-        terminate(run)
 
 
 def start(workdir: Path, name: str, nri_socket: Path, runs: list[Run]) -> Run:

@@ -12,23 +12,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from run_process import REPO, Run, json_lines, start, terminate
+from run_process import REPO, Run, json_lines, start
 
 from nri_pinner.cli import main
 
 NOISE = ("Traceback", "Event loop is closed", "never awaited")
-
-
-@pytest.fixture
-def runs() -> Iterator[list[Run]]:
-    started: list[Run] = []
-    yield started
-    for run in started:
-        terminate(run)
 
 
 def reachable(path: Path) -> bool:
