@@ -43,6 +43,7 @@ from nri_pinner.service import cpuset_writer
 from nri_pinner.service.app import Service
 from nri_pinner.service.request_intake import memory_policy
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, CONTAINERD_2_3_0, RuntimeProfile
+from testkit.pod_builders import resize_request as resize
 from testkit.scripts import load_script
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
@@ -50,18 +51,6 @@ B = container(BPOD, "app", 100)
 G = container(GPOD, "app", 2000, 2000)
 F = container(GPOD, "frac", 500, 500)  # Guaranteed, fractional: on the shared pool
 devgen = load_script("gen_sysfs_devices")
-
-
-def resize(c: api.Container, p: api.PodSandbox, milli: int, limit: int | None = None) -> api.UpdateContainerRequest:
-    """The kubelet's UpdateContainerResources as containerd relays it (its stored spec keeps the create's cpuset)."""
-    req = api.UpdateContainerRequest(pod=p, container=c)
-    cpu = req.linux_resources.cpu
-    cpu.shares.value = max(2, milli * 1024 // 1000)  # kubelet MilliCPUToShares
-    limit = milli if limit is None else limit
-    if limit:
-        cpu.quota.value, cpu.period.value = limit * PERIOD // 1000, PERIOD
-    cpu.cpus = c.linux.resources.cpu.cpus
-    return req
 
 
 def count(svc: Service, outcome: str, reason: str = "") -> float:

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 from svc_harness import assignments, container, cpuset_updates, make_settings, running
-from test_resize_service import BPOD, GPOD, resize, started
+from test_resize_service import BPOD, GPOD, started
 
 from nri_pinner.service.core.rebuild import rebuild
 from testkit.fake_runtime import CONTAINERD_2_1_9
+from testkit.pod_builders import resize_request as resize
 
 B = container(BPOD, "app", 100)
 G = container(GPOD, "app", 2000, 2000)
