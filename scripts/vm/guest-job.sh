@@ -35,6 +35,15 @@ cut -d' ' -f1 /proc/uptime >"$JOB/started"   # the host times the boot by this f
 . "$JOB/env"
 echo "== vm job: $(wc -l <"$JOB/parts") part(s), topology $VM_TOPOLOGY, driver $VM_DRIVER," \
     "kernel $(uname -r), uptime $(cat "$JOB/started") s"
+# Keep the kernel's CFS-bandwidth static key on for the whole job: a unit in a slice of its own (so no
+# part sees system.slice's controllers change) with a quota that never throttles. Every container with a
+# CPU limit turns that key on or off when it is the first or the last one, and the kernel re-patches its
+# text each time; under multi-threaded TCG a vCPU once ran the breakpoint of such a patch after it was
+# gone ("Oops: int3" in set_next_task_fair, 1 boot in 14, snc4 with the host loaded). With the key held
+# on, container churn no longer patches that site.
+systemd-run --quiet --unit=vm-cfs-bandwidth-held --slice=vm-held.slice --service-type=exec \
+    -p CPUQuota="$(( $(nproc) * 100 ))%" sleep infinity </dev/null \
+    && echo "== vm job: CFS bandwidth key held on ($(cat /sys/fs/cgroup/vm-held.slice/vm-cfs-bandwidth-held.service/cpu.max 2>&1))"
 n=0
 while read -r name; do
     [ -n "$name" ] || continue

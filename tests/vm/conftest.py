@@ -5,7 +5,9 @@ profile in $NRI_PINNER_VM_PROFILE, running every part in tests/vm/parts once; te
 Profiles: ``ci`` (default) — 2s2c2t/systemd; ``long`` — 2s2c2t and snc4, each under both drivers;
 ``off`` — no boot. NRI_PINNER_VM_PARTS="10-node-facts ..." boots with only those parts (use -k for their
 tests; the others then fail, naming the parts that ran). Without root or QEMU the tests skip, unless
-NRI_PINNER_VM_REQUIRED=1 (./scripts/test as root) makes that a failure. Image-build and boot figures go to
+NRI_PINNER_VM_REQUIRED=1 (./scripts/test as root) makes that a failure. A developer's re-run of
+chosen scenarios: NRI_PINNER_VM_SCENARIOS="<node id> ..." [NRI_PINNER_VM_SCENARIO_RUNTIMES="1.7"] with
+NRI_PINNER_VM_PARTS=30-plugin-scenarios, judged by test_part_exited_zero. Image-build and boot figures go to
 the terminal summary.
 """
 
@@ -33,6 +35,9 @@ REQUIRED = os.environ.get("NRI_PINNER_VM_REQUIRED") == "1"
 # 2.1 — 2700 s killed it 6 tests short. Its parts get 4800 s each unless $NRI_PINNER_VM_PART_TIMEOUT
 # says otherwise (ci keeps guest.py's 900 s).
 PROFILE_PART_TIMEOUT = {"long": "4800"}
+# Part 30's developer re-run of chosen tests (its SCENARIOS / SCENARIO_RUNTIMES), from the host's environment.
+SCENARIO_SELECTION = {"NRI_PINNER_VM_SCENARIOS": "SCENARIOS",
+                      "NRI_PINNER_VM_SCENARIO_RUNTIMES": "SCENARIO_RUNTIMES"}
 _runs: list[GuestRun] = []
 _failures: list[str] = []
 
@@ -73,6 +78,9 @@ def node_vm(request: pytest.FixtureRequest) -> Iterator[GuestRun]:
         if not only or "40-deb-unit" in only:
             _prepared.extend([] if _prepared else [prepare_deb(REPO)])  # the .deb the guest installs, once
         env = {"VM_PROFILE": PROFILE}  # parts may run less in "ci"
+        for host_key, guest_key in SCENARIO_SELECTION.items():
+            if os.environ.get(host_key):
+                env[guest_key] = os.environ[host_key]
         part_timeout = os.environ.get("NRI_PINNER_VM_PART_TIMEOUT") or PROFILE_PART_TIMEOUT.get(PROFILE)
         if part_timeout:
             env["PART_TIMEOUT"] = part_timeout
