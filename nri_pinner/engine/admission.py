@@ -7,7 +7,7 @@ exactly the same path. Rejections are data (`Decision.admitted = False`), not ex
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ..config import Settings
@@ -26,7 +26,7 @@ from .memorymanager.state import MemoryState
 from .qos import QoS
 from .topology.model import Topology
 from .topologymanager.cpu_hints import CPUHintProvider
-from .topologymanager.explain import blame, summarize, with_preferences
+from .topologymanager.explain import HintSummaries, blame, with_preferences
 from .topologymanager.hints import (
     HintProvider,
     HintRequest,
@@ -40,7 +40,7 @@ __all__ = ["NO_DISTANCES_NOTE", "AdmissionRequest", "Decision", "Engine"]
 NO_DISTANCES_NOTE = (
     "prefer-closest-numa-nodes: this machine reports no NUMA distances (the kubelet refuses to start "
     "here); merging without distances instead: the narrowest hint wins, ties go to the lower NUMA nodes")
-Shown = dict[str, dict[str, str]]
+Shown = Mapping[str, Mapping[str, str]]
 
 
 class Engine:
@@ -203,7 +203,7 @@ class Engine:
         answers = [p.hints(request) for p in providers]
         result = merge(self.manager, answers)
         names = [p.name for p in providers]
-        shown = {name: summarize(a) for name, a in zip(names, answers, strict=True) if a}
+        shown = HintSummaries(names, answers)
         if result.admit:
             return result, shown, []
         return with_preferences(result, names, answers), shown, blame(self.manager, names, answers)

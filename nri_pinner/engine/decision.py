@@ -58,11 +58,14 @@ class Decision:
             out["reason"], out["message"] = self.reason, self.message
         return out
 
-    def explain(self) -> dict[str, Any]:
-        """Each provider's hints (and, for a rejection, the providers it is on) for ``status``."""
+    def explain(self, *, lazy: bool = False) -> dict[str, Any]:
+        """Each provider's hints (and, for a rejection, the providers it is on) for ``status``;
+        ``lazy``: the hints as the decision holds them, formatted when first read (JSON them with
+        ``default=dict``)."""
         out: dict[str, Any] = {}
         if self.provider_hints:
-            out["provider_hints"] = {k: dict(v) for k, v in self.provider_hints.items()}
+            out["provider_hints"] = (self.provider_hints if lazy else
+                                     {k: dict(v) for k, v in self.provider_hints.items()})
         if self.blamed:
             out["blamed"] = list(self.blamed)
         return out

@@ -87,7 +87,7 @@ async def start_server(socket_path: str, document: Callable[[], dict[str, Any]],
     the path after that is never mistaken for this one)."""
     def handler(section: Callable[[], Any]) -> grpc.RpcMethodHandler[Any, Any]:
         async def call(_request: pb.InspectRequest, _context: grpc.aio.ServicerContext[Any, Any]) -> pb.JsonReply:
-            return pb.JsonReply(json=json.dumps(section()))
+            return pb.JsonReply(json=json.dumps(section(), default=dict))  # lazy hint summaries: Mappings
 
         return grpc.unary_unary_rpc_method_handler(
             call, request_deserializer=pb.InspectRequest.FromString,

@@ -191,12 +191,14 @@ class NodeState:
         return found[0] if found else None
 
     def record(self, decision: Decision, intent: ContainerIntent, outcome: str) -> None:
+        # the hints stay lazy: formatted when status reads them, not before the reply
+        explained = decision.explain(lazy=True)
         entry = {"container_id": intent.container_id, "namespace": intent.namespace, "pod_name": intent.pod_name,
-                 "outcome": outcome, **decision.to_json(), **decision.explain()}
+                 "outcome": outcome, **decision.to_json(), **explained}
         self.decisions.append(entry)
         t = self.containers.get(intent.container_id)
         if t is not None and decision.admitted and decision.provider_hints:
-            t.hints = {"merged": entry["hint"], **decision.explain()}
+            t.hints = {"merged": entry["hint"], **explained}
 
     def publish(self) -> View:
         """After a change: bump the generation and publish a view."""
