@@ -115,7 +115,8 @@ def with_preferences(result: MergeResult, names: Sequence[str], answers: Sequenc
 
 def _leading_preferred(hints: Sequence[TopologyHint]) -> list[str]:
     """The first run of preferred hints starting among the first 256, at most 4 (all a message shows)."""
-    if type(hints) is CPUTopologyHints and hints.min_sockets is None:
+    if isinstance(hints, CPUTopologyHints) and hints.min_sockets is None:
+        # (memory hints too: the same order, preferred by size alone)
         # Preferred means min_affinity nodes, and the list comes by size: a narrowest hint wider
         # than that means none is preferred (walking 256 hints to learn it cost more than the
         # merge); one that size means the run starts at the first hint.
