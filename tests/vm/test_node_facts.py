@@ -128,3 +128,13 @@ def test_nri_pinner_discovery_agrees_with_the_kernel_and_lstopo(node_vm: GuestRu
     if shape.nodes > 1 and not lstopo["distances"]:
         pytest.fail("lstopo reported no NUMA distance matrix")
     assert lstopo == want
+
+
+def test_the_job_holds_the_cfs_bandwidth_key_on(node_vm: GuestRun) -> None:
+    """scripts/vm/guest-job.sh keeps a quota'd unit for the whole boot (container churn then never
+    re-patches the kernel's CFS-bandwidth branch; docs/vm-tier.md): its cpu.max is a quota, not "max"."""
+    text = node_vm.console.read_text(errors="replace")
+    line = next((ln for ln in text.splitlines() if "== vm job: CFS bandwidth key held on (" in ln), None)
+    assert line is not None, f"the job did not report the held key; console tail:\n{node_vm.console_tail()}"
+    quota, period = line.rsplit("(", 1)[1].rstrip(")").split()
+    assert int(quota) == TOPOLOGIES[node_vm.topology].cpus * int(period), line
