@@ -26,7 +26,7 @@ def settle_passes(e: Edge) -> None:
         if e.in_flight:
             e.write()
             continue
-        due = [n for n in e.armed if not n.startswith("wait:") and n != "records"]
+        due = [n for n in e.armed if not n.startswith(("wait:", "records"))]
         if not due:
             return
         e.fire(due[0])
@@ -112,10 +112,33 @@ def test_a_failed_record_update_rewrites_the_cgroup_and_waits_for_the_next_chang
     [p] = passes(out)  # runc may still write the old set late: the cgroup is written again
     assert [(i.container_id, i.cpus) for i in p.items] == [(B.id, pool)]
     e.write()
-    assert "records" not in e.armed  # not retried at this state
+    assert "records" not in e.armed  # not retried at this state before the retry delay
+    assert e.armed.get("records-retry") == 10.0
     run(e, BPOD, container(BPOD, "side", 100))  # a change: B's record is tried again once it is quiet
     [again] = record_updates(e.fire("records"))
     assert [i.container_id for i in again.items] == [B.id]
+
+
+def test_a_failed_record_update_on_a_quiet_node_is_retried_after_a_growing_delay() -> None:
+    """Found in the VM tier: a CRI update under emulation outlasted the pass wait, and the node stayed
+    quiet — the record would have stayed stale until some unrelated change."""
+    e, pool = narrowed()
+    delays = []
+    for _ in range(3):
+        [sync] = record_updates(e.fire("records"))
+        out = e.handle(ev.RecordsSynced(sync.sync_id, [ev.RecordResult(B.id, "", "DeadlineExceeded")]))
+        assert passes(out)
+        e.write()
+        assert "records" not in e.armed
+        delays.append(e.armed["records-retry"])
+        e.fire("records-retry")  # the delay is over, no change happened
+        assert e.armed.get("records") == QUIET  # the pool must still be quiet first
+    assert delays == [10.0, 30.0, 60.0]
+    [sync] = record_updates(e.fire("records"))
+    e.handle(cpuset_update(BPOD, B, pool))
+    e.handle(ev.RecordsSynced(sync.sync_id, [ev.RecordResult(B.id, "cri")]))
+    assert e.core.records.stale() == 0 and "records-retry" not in e.armed
+    assert e.core.records.failures_in_a_row == 0  # the next failure waits 10 s again
 
 
 def test_records_are_left_alone_when_off_or_without_cgroup_writes() -> None:

@@ -71,6 +71,8 @@ def test_pool_changes_are_written_to_cgroups_with_no_fallback_to_nri_updates(run
     assert journal["fallback_lines"] == [], journal["fallback_lines"]
     if run["driver"] == "systemd":
         assert writes["unit_calls"] >= 1, writes  # the Burstable scope was told over systemd's bus
+    # A runtime record update (CRI, bounded by the pass wait) is no pool change: printed, not judged
+    print(f"\nruntime record updates that failed under the unit: {len(journal.get('record_update_failures', []))}")
 
 
 def test_the_guaranteed_cpu_is_exclusive_and_shared_containers_are_off_it(run: dict[str, Any]) -> None:

@@ -52,6 +52,7 @@ from .events import (
 )
 from .passes import PassBook
 from .records import NodeState
+from .runtime_records import RETRY_TIMER as RECORDS_RETRY_TIMER
 from .runtime_records import TIMER as RECORDS_TIMER
 from .runtime_records import RecordSync
 
@@ -124,6 +125,8 @@ class NodeCore:
             case TimerFired():
                 if event.name == RECORDS_TIMER:
                     return self.records.timer()
+                if event.name == RECORDS_RETRY_TIMER:
+                    return self.records.retry()
                 return self.passes.timer(event.name)
             case AwaitPass():
                 if not self.cgroup_writes:

@@ -30,7 +30,12 @@ if TYPE_CHECKING:
 log = structlog.get_logger("nri_pinner.service")
 
 TIMER = "records"
+RETRY_TIMER = "records-retry"
 GAP_SECONDS = 0.05  # between two record updates: the runtime's other calls go first
+# After a failed update (its CRI call outlasted the pass wait that bounds it, say, on a slow node), the
+# node may stay quiet for hours: the failed records are tried again after these delays, one more step
+# per failure in a row (the last repeats), as well as after the next change.
+RETRY_SECONDS = (10.0, 30.0, 60.0, 120.0, 300.0)
 
 
 class RecordSync:
@@ -42,6 +47,8 @@ class RecordSync:
         self.ready = False  # the edge has a path to the runtime (`RecordSyncReady`)
         self.armed_at: int | None = None  # the generation the timer was armed at (None: not armed)
         self.failed: dict[str, int] = {}  # container id -> generation its update failed at (not retried before)
+        self.failures_in_a_row = 0  # picks the next retry delay; a success starts over
+        self.retry_armed = False
         self.in_flight: dict[str, RecordItem] = {}
         self.count = 0  # record updates sent (status)
 
@@ -81,20 +88,37 @@ class RecordSync:
                 continue
             if r.path:
                 self.count += 1
+                self.failures_in_a_row = 0
                 if r.path == "nri":  # an unsolicited update never comes back as UpdateContainer: noted here
                     node.recorded[r.container_id] = node.told[r.container_id] = (item.cpus, item.mems)
             else:
                 self.failed[r.container_id] = node.generation
                 node.told.pop(r.container_id, None)  # runc may still write it, late: a pass rewrites it
                 rewrite = True
-                log.info("runtime record not updated; retried after the next change", container=item.name,
-                         error=r.error)
+                delay = self._arm_retry()
+                log.info("runtime record not updated; retried after the next change or a delay",
+                         container=item.name, error=r.error, retry_seconds=delay)
         self.in_flight.clear()
         self.core.passes.released(event.sync_id, rewrite)
         if self._next() is not None:
             self.armed_at = node.generation
             self.core.effects.append(ArmTimer(TIMER, GAP_SECONDS))
         return None
+
+    def retry(self) -> Reply:
+        """The retry delay is over: the failed records are candidates again, once the pool is quiet."""
+        self.retry_armed = False
+        self.failed.clear()
+        self.changed()
+        return None
+
+    def _arm_retry(self) -> float:
+        delay = RETRY_SECONDS[min(self.failures_in_a_row, len(RETRY_SECONDS) - 1)]
+        self.failures_in_a_row += 1
+        if not self.retry_armed:
+            self.retry_armed = True
+            self.core.effects.append(ArmTimer(RETRY_TIMER, delay))
+        return delay
 
     def is_ours(self, container_id: str) -> bool:
         """The UpdateContainer of a record update we sent (its cpuset may be a change behind)."""
