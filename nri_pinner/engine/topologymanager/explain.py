@@ -101,11 +101,14 @@ def blame(manager: TopologyManager, names: Sequence[str], answers: Sequence[Reso
 def with_preferences(result: MergeResult, names: Sequence[str], answers: Sequence[ResourceHints | None]) -> MergeResult:
     """A rejection says what each provider with a preference wanted."""
     wanted = []
+    seen: dict[int, list[str]] = {}  # the memory provider hands one list to each of its resources
     for name, answer in zip(names, answers, strict=True):
         for resource, hints in (answer or {}).items():
             if hints is None:
                 continue
-            preferred = _leading_preferred(hints)
+            preferred = seen.get(id(hints))
+            if preferred is None:
+                preferred = seen[id(hints)] = _leading_preferred(hints)
             label = name if resource == name else f"{name} ({resource})"
             wanted.append(f"{label} prefers {' or '.join(preferred) or 'nothing it can satisfy'}")
     if not wanted or result.error is None:
