@@ -43,7 +43,8 @@ echo "== vm job: $(wc -l <"$JOB/parts") part(s), topology $VM_TOPOLOGY, driver $
 # on, container churn no longer patches that site.
 systemd-run --quiet --unit=vm-cfs-bandwidth-held --slice=vm-held.slice --service-type=exec \
     -p CPUQuota="$(( $(nproc) * 100 ))%" sleep infinity </dev/null \
-    && echo "== vm job: CFS bandwidth key held on ($(cat /sys/fs/cgroup/vm-held.slice/vm-cfs-bandwidth-held.service/cpu.max 2>&1))"
+    && echo "== vm job: CFS bandwidth key held on ($(cat "/sys/fs/cgroup$(systemctl show -P ControlGroup \
+        vm-cfs-bandwidth-held.service)/cpu.max" 2>&1))"
 n=0
 while read -r name; do
     [ -n "$name" ] || continue
