@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from .guest import REPO, GuestRun, VMError, boot, missing_requirements
-from .prepare_deb import PrepareError
+from .prepare_deb import PrepareError, prepare_cri_stubs
 from .prepare_deb import prepare as prepare_deb
 
 PROFILES: dict[str, list[tuple[str, str]]] = {
@@ -77,6 +77,8 @@ def node_vm(request: pytest.FixtureRequest) -> Iterator[GuestRun]:
     try:
         if not only or "40-deb-unit" in only:
             _prepared.extend([] if _prepared else [prepare_deb(REPO)])  # the .deb the guest installs, once
+        elif "30-plugin-scenarios" in only:
+            prepare_cri_stubs(REPO)  # part 30's e2e harness needs the CRI proto (prepare_deb stages it too)
         env = {"VM_PROFILE": PROFILE}  # parts may run less in "ci"
         for host_key, guest_key in SCENARIO_SELECTION.items():
             if os.environ.get(host_key):
