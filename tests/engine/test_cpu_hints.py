@@ -104,6 +104,23 @@ def test_masks_within_is_the_projection_of_the_hint_up_set() -> None:
         for size in range(1, 5):
             expected = sorted({m & within for m in every if m is not None and (m & within).bit_count() == size})
             assert list(got.masks_within(within, size)) == expected
+            assert got.first_within(within, size) == (expected[0] if expected else None)
+
+
+def test_first_within_is_the_lowest_projection_on_uneven_nodes() -> None:
+    """first_within (the merge's shortcut for one node to add) against the up-set's projection,
+    on nodes of different free counts, with and without a reusable CPU pinning a node."""
+    topo = kt.regular(1, 6, 3, 1)  # 6 NUMA nodes of 3 CPUs
+    available = CPUSet.parse("0,3-4,6-8,12,15-16")  # free per node: 1, 2, 3, 0, 1, 2
+    for reusable in (EMPTY, CPUSet.parse("10")):
+        for request in range(1, 8):
+            got = cpu_topology_hints(topo, available, reusable, request)
+            every = [h.affinity for h in got if h.affinity is not None]
+            for within in range(1, 64):
+                for size in range(0, 7):
+                    expected = sorted({m & within for m in every if (m & within).bit_count() == size})
+                    assert got.first_within(within, size) == (expected[0] if expected and size else None), \
+                        (reusable, request, within, size)
 
 
 def test_errors() -> None:

@@ -6,6 +6,7 @@ Built either from sysfs (``sysfs.discover``) or from the JSON shape that
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -96,11 +97,12 @@ class Topology:
 
     @cached_property
     def online_numa(self) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
-        """((node, its CPU mask), ...) for nodes with online CPUs, ascending, and their online CPU
-        counts largest first: what every CPU hint generation starts from, worked out once."""
+        """((node, its CPU mask), ...) for nodes with online CPUs, ascending, and the running sums of
+        their online CPU counts taken largest first (entry k: the most CPUs k + 1 nodes hold): what
+        every CPU hint generation starts from, worked out once."""
         online = self.online.mask
         nodes = tuple((n, self.numa_cpus[n].mask) for n in sorted(self.numa_cpus) if self.numa_cpus[n].mask & online)
-        return nodes, tuple(sorted(((m & online).bit_count() for _, m in nodes), reverse=True))
+        return nodes, tuple(itertools.accumulate(sorted(((m & online).bit_count() for _, m in nodes), reverse=True)))
 
     @property
     def all_numa_nodes(self) -> list[int]:

@@ -17,6 +17,7 @@ hints, in mask order?) and never enumerates what cannot win.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import overload
@@ -27,6 +28,17 @@ from .hints import HintRequest, ResourceHints, TopologyHint, nodes_of
 from .implicit import UpForm
 from .subsets import _combinations_reaching, _heaviest_table, _subsets_ascending
 
+_ONE_NODE: dict[int, TopologyHint] = {}
+
+
+def preferred_one_node(node: int) -> TopologyHint:
+    """The preferred hint for one NUMA node, shared (hints are frozen): single-numa-node merges ask
+    for them on every admission, and building one costs more than the rest of that step."""
+    hint = _ONE_NODE.get(node)
+    if hint is None:
+        hint = _ONE_NODE[node] = TopologyHint(1 << node, True)
+    return hint
+
 
 class CPUTopologyHints(Sequence[TopologyHint]):
     """The kubelet's CPU hint list, held as "mask ⊇ required and weight(mask) >= threshold"."""
@@ -34,7 +46,10 @@ class CPUTopologyHints(Sequence[TopologyHint]):
     def __init__(self, *, node_weights: dict[int, int], required: int, threshold: int,
                  min_affinity: int, node_sockets: dict[int, int], min_sockets: int | None) -> None:
         self.nodes = tuple(sorted(node_weights))
-        self.universe = sum(1 << n for n in self.nodes)
+        universe = 0
+        for n in self.nodes:
+            universe |= 1 << n
+        self.universe = universe
         self.required = required
         self.threshold = threshold
         self.min_affinity = min_affinity
@@ -51,7 +66,11 @@ class CPUTopologyHints(Sequence[TopologyHint]):
             return w[mask.bit_length() - 1] if mask else 0
         found = self._sums.get(mask)
         if found is None:
-            found = self._sums[mask] = sum(w[n] for n in nodes_of(mask))
+            found = 0
+            for n in self.nodes:  # a plain loop: half the cost of summing a generator over nodes_of
+                if mask >> n & 1:
+                    found += w[n]
+            self._sums[mask] = found
         return found
 
     def is_hint(self, mask: int) -> bool:
@@ -87,7 +106,7 @@ class CPUTopologyHints(Sequence[TopologyHint]):
                 continue
             if self.min_affinity == 1 or (self.min_sockets is not None
                                           and self._sockets[n].bit_count() == self.min_sockets):
-                out.append(TopologyHint(1 << n, True))
+                out.append(preferred_one_node(n))
         return tuple(out)
 
     @property
@@ -147,6 +166,26 @@ class CPUTopologyHints(Sequence[TopologyHint]):
         weights = [self._w[n] for n in candidates]
         for subset in _subsets_ascending(candidates, weights, free_slots, need):
             yield forced | subset
+
+    def first_within(self, within: int, size: int) -> int | None:
+        """The first (lowest) mask ``masks_within`` yields, or ``None``: what the merge without
+        prefer-closest-numa-nodes asks, answered without building a generator."""
+        if self.narrowest_count is None:
+            return None
+        inside = within & self.universe
+        forced = self.required & inside
+        free_slots = size - forced.bit_count()
+        if free_slots != 1 or size <= 0 or type(self) is not CPUTopologyHints:  # memory: its own rule
+            return next(self.masks_within(within, size), None)
+        need = self.threshold - self.weight(self.universe & ~within) - self.weight(forced)
+        w = self._w
+        rest = inside & ~forced
+        while rest:  # ascending nodes: the first heavy enough one gives the lowest mask
+            low = rest & -rest
+            if w[low.bit_length() - 1] >= need:
+                return forced | low
+            rest ^= low
+        return None
 
     def closest_within(self, within: int, size: int, distance: Mapping[int, Mapping[int, int]]) -> int | None:
         """Among the masks ``masks_within`` yields, the one with the least summed NUMA distance.
@@ -267,18 +306,16 @@ def cpu_topology_hints(topology: Topology, available: CPUSet, reusable: CPUSet, 
     """
     if request < 1:
         raise ValueError(f"CPU request must be >= 1 to generate hints, got {request}")
-    if (available.mask | reusable.mask) & ~topology.all_cpus.mask:
+    free, reused = available.mask, reusable.mask
+    if (free | reused) & ~topology.all_cpus.mask:
         unknown = (available | reusable) - topology.all_cpus
         raise ValueError(f"CPUs {unknown} are not in the topology (known: {topology.all_cpus})")
-    numa, totals = topology.online_numa
+    numa, running = topology.online_numa
     if not numa:
         raise ValueError("topology has no online CPUs")
-    nodes = [n for n, _ in numa]
-
-    free = available.mask
     if full_pcpus_only:
         online = topology.online.mask
-        usable = free | reusable.mask
+        usable = free | reused
         whole = 0
         for core in topology.core_cpus.values():
             if core.mask & online & ~usable == 0:  # every online thread of the core is free
@@ -287,18 +324,12 @@ def cpu_topology_hints(topology: Topology, available: CPUSet, reusable: CPUSet, 
     weights = {n: (free & m).bit_count() for n, m in numa}
 
     required = 0
-    if reusable.mask:
+    if reused:
         for cpu in reusable:
             required |= 1 << topology.by_cpu[cpu].numa
 
     # minAffinitySize: fewest nodes whose total CPUs could hold the request; all nodes if none can.
-    min_affinity = len(nodes)
-    running = 0
-    for size, total in enumerate(totals, start=1):
-        running += total
-        if running >= request:
-            min_affinity = size
-            break
+    min_affinity = min(bisect.bisect_left(running, request) + 1, len(numa))
 
     node_sockets: dict[int, int] = {}
     min_sockets: int | None = None
@@ -307,13 +338,13 @@ def cpu_topology_hints(topology: Topology, available: CPUSet, reusable: CPUSet, 
         node_masks = {n: m & online for n, m in numa}
         socket_masks = [cpus.mask & online for cpus in topology.socket_cpus.values()]
         socket_masks = [m for m in socket_masks if m]
-        per_socket = len(nodes) // len(socket_masks)
+        per_socket = len(numa) // len(socket_masks)
         if per_socket > 0:
             min_sockets = -(-min_affinity // per_socket)
-        for n in nodes:
+        for n, _ in numa:
             node_sockets[n] = sum(1 << i for i, m in enumerate(socket_masks) if m & node_masks[n])
 
-    return CPUTopologyHints(node_weights=weights, required=required, threshold=request - len(reusable),
+    return CPUTopologyHints(node_weights=weights, required=required, threshold=request - reused.bit_count(),
                             min_affinity=min_affinity, node_sockets=node_sockets, min_sockets=min_sockets)
 
 

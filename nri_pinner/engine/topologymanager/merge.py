@@ -159,8 +159,12 @@ def _prepared(manager: TopologyManager, providers_hints: Sequence[ResourceHints 
     sources = _filter_providers_hints(providers_hints)
     if single:
         sources = [_single_numa_hints(s) for s in sources]
-    return sources, _Order(manager.distance, manager.numa_nodes,
-                           closest=manager.prefer_closest_numa_nodes and not single, memo=manager.memo)
+    closest = manager.prefer_closest_numa_nodes and not single
+    order = manager.memo.get(key := "order-closest" if closest else "order")  # built once per kind
+    if not isinstance(order, _Order):
+        order = manager.memo[key] = _Order(manager.distance, manager.numa_nodes, closest=closest,
+                                           memo=manager.memo)
+    return sources, order
 
 
 def admits(manager: TopologyManager, providers_hints: Sequence[ResourceHints | None]) -> bool:
@@ -208,8 +212,8 @@ def _filter_providers_hints(providers_hints: Iterable[ResourceHints | None]) -> 
 
 
 def _single_numa_hints(source: Source) -> Source:
-    if type(source) is tuple:
-        return tuple(h for h in source if h.preferred and (h.affinity is None or h.affinity & (h.affinity - 1) == 0))
+    if type(source) is tuple:  # a list, then a tuple: faster than tuple() over a generator
+        return tuple([h for h in source if h.preferred and (h.affinity is None or h.affinity & (h.affinity - 1) == 0)])
     if isinstance(source, CPUTopologyHints):
         return source.single_node_hints
     if isinstance(source, UpSetHints):
@@ -222,9 +226,14 @@ def best_non_preferred_count(sources: Iterable[Source]) -> int:
     """The kubelet's ``maxOfMinAffinityCounts``: the largest of each provider's narrowest hint size."""
     best = 0
     for source in sources:
-        if type(source) is tuple:
-            narrowest = min((h.affinity.bit_count() for h in source if h.affinity is not None), default=None)
-        elif isinstance(source, CPUTopologyHints):
+        if type(source) is tuple:  # a loop, not min() over a generator: asked on every merge
+            fewest = 0  # 0: no hint with a mask (a mask holds at least one node)
+            for h in source:
+                if h.affinity is not None and (fewest == 0 or h.affinity.bit_count() < fewest):
+                    fewest = h.affinity.bit_count()
+            best = max(best, fewest)
+            continue
+        if isinstance(source, CPUTopologyHints):
             narrowest = source.narrowest_count
         elif isinstance(source, UpSetHints):
             narrowest = source.required.bit_count()
@@ -285,19 +294,31 @@ def _best_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], famil
         if not isinstance(source, tuple):  # UpSetHints (tuple: no ABC check)
             strict.append({source.required})
             continue
-        if any(h.affinity is None and h.preferred for h in source):  # ANY_PREFERRED in source, without __eq__
-            continue
-        strict.append({h.affinity for h in source if h.preferred and h.affinity is not None})
+        preferred: set[int] = set()
+        for h in source:  # plain loops: this runs on every merge
+            if h.preferred:
+                if h.affinity is None:
+                    break  # a preferred "any" (ANY_PREFERRED, found without __eq__) agrees with every mask
+                preferred.add(h.affinity)
+        else:
+            strict.append(preferred)
     if family is None and not strict:
         offered = {h.affinity & default
                    for s in explicit for h in s if h.preferred and h.affinity is not None}
         return min((m for m in offered | {default} if m), key=order.preferred_key, default=None)
     if strict:
-        strict.sort(key=len)
-        agreed = {m & default for m in strict[0]
-                  if all(m in other for other in strict[1:])
-                  and (family is None or (family.is_hint(m) and family.is_preferred(m))) and everywhere(m)}
-        return min((m for m in agreed if m), key=order.preferred_key, default=None)
+        if len(strict) > 1:
+            strict.sort(key=len)
+        agreed: list[int] = []
+        for m in strict[0]:
+            for other in strict[1:]:
+                if m not in other:
+                    break
+            else:
+                if (m & default and (family is None or (family.is_hint(m) and family.is_preferred(m)))
+                        and (not others or everywhere(m))):
+                    agreed.append(m & default)
+        return min(agreed, key=order.preferred_key, default=None)
     assert family is not None
     for size, layer in family.preferred_layers():
         if any(o.min_sockets is None and o.min_affinity != size for o in others):
@@ -320,7 +341,7 @@ def _best_non_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], f
                         others: Sequence[CPUTopologyHints] = ()) -> int | None:
     # Several implicit sources, or a family that is not a plain up-set (memory hints: an up-set inside
     # the unused pool plus used-node masks) meeting up-set intervals: test candidates in rank order.
-    has_upset = any(not isinstance(source, tuple) for source in explicit)  # UpSetHints (no ABC check)
+    has_upset = any([not isinstance(s, tuple) for s in explicit])  # UpSetHints (list: cheaper than a generator)
     if others or (has_upset and family is not None and type(family) is not CPUTopologyHints):
         intervals = {(default, default)}
         for source in explicit:
@@ -336,17 +357,19 @@ def _best_non_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], f
                 return None
         largest = len(family.nodes) if family is not None else default.bit_count()
         return best_non_preferred(intervals, family, order, best_count, largest)
+    # Explicit lists only from here on. AND is order-free; small sources first keep the set small.
     reachable = {default}
-    for source in sorted(explicit, key=len):  # AND is order-free; small sources first keep the set small
-        masks = {default if h.affinity is None else h.affinity for h in source}
-        reachable = {r & m for r in reachable for m in masks} - {0}
-        if not reachable:
-            return None
-    # {r & c : c a hint} without listing the hints: masks_within answers it. Plain up-sets go last:
-    # folded first, one would make every superset of its minimal masks reachable.
-    for other in sorted(others, key=lambda o: type(o) is CPUTopologyHints):
-        reachable = {m for r in reachable for size in range(1, r.bit_count() + 1)
-                     for m in other.masks_within(r, size)}
+    for source in sorted(explicit, key=len) if len(explicit) > 1 else explicit:
+        folded: set[int] = set()
+        for h in source:  # tuples only here (has_upset is False)
+            mask = h.affinity
+            if mask is None:  # "any": ANDs to what is already reachable
+                folded |= reachable
+                continue
+            for r in reachable:
+                if r & mask:
+                    folded.add(r & mask)
+        reachable = folded
         if not reachable:
             return None
     if family is None:
@@ -360,11 +383,11 @@ def _best_non_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], f
             if order.closest:
                 best = family.closest_within(within, size, order.table)
             else:
-                best = next(family.masks_within(within, size), None)
+                best = family.first_within(within, size)
             if best is not None:
                 found.append(best)
-        if found:
-            return min(found, key=order.same_size_key)
+        if found:  # same size: without distances the lowest mask ranks first
+            return min(found, key=order.same_size_key) if order.closest else min(found)
     return None
 
 

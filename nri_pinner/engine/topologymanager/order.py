@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from itertools import chain
 
 from .hints import nodes_of
 
@@ -39,8 +40,7 @@ class _Order:
         return (tier, abs(size - best_count), *self.same_size_key(mask))
 
     @staticmethod
-    def non_preferred_sizes(best_count: int, largest: int) -> list[int]:
-        """Sizes in the order the non-preferred ranking visits them."""
-        first = [best_count] if 1 <= best_count <= largest else []
-        below = list(range(min(best_count - 1, largest), 0, -1))
-        return first + below + list(range(max(best_count + 1, 1), largest + 1))
+    def non_preferred_sizes(best_count: int, largest: int) -> Iterator[int]:
+        """Sizes in the order the non-preferred ranking visits them (lazily: the first usually wins)."""
+        first = (best_count,) if 1 <= best_count <= largest else ()
+        return chain(first, range(min(best_count - 1, largest), 0, -1), range(max(best_count + 1, 1), largest + 1))
