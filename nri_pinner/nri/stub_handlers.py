@@ -19,6 +19,7 @@ calls (the ones that will resolve it).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import queue
@@ -113,11 +114,14 @@ class HandlerThread:
     Daemon, so a handler stuck forever cannot keep the process alive. A Stub creates and stops one
     per run, unless it is given one (``Stub(handler_thread=...)``): then its owner starts and stops
     it and may :meth:`submit` its own calls, which run between handler calls and while a reply is
-    parked (that is how a :class:`Deferred` gets resolved).
+    parked (that is how a :class:`Deferred` gets resolved), and :meth:`submit_idle` work that waits
+    until no call has come for ``idle_after`` seconds.
     """
 
-    def __init__(self, name: str = "nri-plugin-handlers") -> None:
+    def __init__(self, name: str = "nri-plugin-handlers", *, idle_after: float = 0.05) -> None:
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._idle: collections.deque[Callable[[], None]] = collections.deque()  # touched on the thread only
+        self._idle_after = idle_after
         self._loop = asyncio.new_event_loop()
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -125,7 +129,17 @@ class HandlerThread:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        while (call := self._calls.get()) is not None:
+        while True:
+            if self._idle:
+                try:
+                    call = self._calls.get(timeout=self._idle_after)
+                except queue.Empty:  # quiet for a while: one piece of idle work, then look again
+                    self._idle.popleft()()
+                    continue
+            else:
+                call = self._calls.get()
+            if call is None:
+                break
             call()
         self._loop.close()
 
@@ -137,6 +151,15 @@ class HandlerThread:
     def submit(self, call: Callable[[], None]) -> None:
         """Run ``call()`` on the handler thread; it must deliver its own outcome and not raise."""
         self._calls.put(call)
+
+    def submit_idle(self, call: Callable[[], None]) -> None:
+        """Run ``call()`` on the handler thread once no call has arrived there for ``idle_after`` seconds
+        (so never while a reply is on its way out, nor before queued calls). One idle call at a time,
+        oldest first; it must not raise. Dropped if the thread stops first."""
+        if threading.get_ident() == self._thread.ident:
+            self._idle.append(call)
+        else:  # the idle list is the thread's own
+            self._calls.put(lambda: self._idle.append(call))
 
     def complete(self, awaitable: Awaitable[Any]) -> Any:
         """Await on the handler thread's loop (only from a call running on that thread)."""

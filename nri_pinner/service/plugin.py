@@ -36,6 +36,7 @@ from .core.effects import (
     Park,
     Refusal,
     Resolve,
+    SettleWhenIdle,
     SyncRecords,
     WriteCgroups,
     WriteCheckpoint,
@@ -189,6 +190,8 @@ class PinnerPlugin:
                 else:
                     self.post(ev.RecordsSynced(effect.sync_id, [ev.RecordResult(i.container_id, "", "no runtime path")
                                                                  for i in effect.items]))
+            elif isinstance(effect, SettleWhenIdle):
+                self.thread.submit_idle(effect.settle)
             elif isinstance(effect, ListPodResources):
                 if self.podresources is not None:
                     self.podresources.refresh()

@@ -8,8 +8,9 @@ container already holds) are listed last, so the provider that ran out is named 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from ..errors import TopologyAffinityError
@@ -62,6 +63,16 @@ class HintSummaries(Mapping[str, Mapping[str, str]]):
             self._answers = None
         return text
 
+    def settle(self) -> None:
+        """Format now (when the node is idle: a decision otherwise keeps its providers' answers, about
+        five times the text's size, until status reads it)."""
+        self._summaries()
+
+    @property
+    def settled(self) -> bool:
+        """Nothing left to format (formatted, or no provider answered)."""
+        return not self._answers
+
     def __getitem__(self, provider: str) -> Mapping[str, str]:
         return self._summaries()[provider]
 
@@ -73,6 +84,13 @@ class HintSummaries(Mapping[str, Mapping[str, str]]):
 
     def __repr__(self) -> str:
         return f"HintSummaries({self._summaries()!r})"
+
+
+def settle_all(summaries: Iterable[HintSummaries]) -> None:
+    """Format each now (the node thread's idle work); one that fails is left for status to report."""
+    for summary in summaries:
+        with contextlib.suppress(Exception):
+            summary.settle()
 
 
 def blame(manager: TopologyManager, names: Sequence[str], answers: Sequence[ResourceHints | None]) -> list[str]:

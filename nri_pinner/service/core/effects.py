@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...engine.cpuset import CPUSet
+from ...engine.topologymanager.explain import HintSummaries, settle_all
 from .checkpoint import Snapshot
 from .records import Mems, Told
 
@@ -69,6 +70,17 @@ class SyncRecords:
 
 
 @dataclass(frozen=True)
+class SettleWhenIdle:
+    """Format these decisions' hint summaries on the node thread once it is idle (never before a reply
+    goes out): until then each keeps its providers' answers."""
+
+    summaries: tuple[HintSummaries, ...]
+
+    def settle(self) -> None:
+        settle_all(self.summaries)
+
+
+@dataclass(frozen=True)
 class ListPodResources:
     """Ask the PodResources fetcher for a new List (its answer comes back as `PodResourcesListed`)."""
 
@@ -96,4 +108,5 @@ class Park:
     token: int
 
 
-Effect = WriteCgroups | Expedite | WriteCheckpoint | ArmTimer | ListPodResources | SyncRecords | Resolve
+Effect = (WriteCgroups | Expedite | WriteCheckpoint | ArmTimer | ListPodResources | SyncRecords | Resolve
+          | SettleWhenIdle)

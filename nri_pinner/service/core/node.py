@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ...engine.admission import Engine
 from . import connection, lifecycle, repairs, resizing
 from .checkpoint import Snapshot, checkpoint_entries, memory_entries
-from .effects import Effect, ListPodResources, Park, Refusal, Resolve, WriteCheckpoint
+from .effects import Effect, ListPodResources, Park, Refusal, Resolve, SettleWhenIdle, WriteCheckpoint
 from .events import (
     AwaitPass,
     CgroupsWritten,
@@ -92,6 +92,9 @@ class NodeCore:
         if self.node.wants_listing:
             self.node.wants_listing = False
             self.effects.append(ListPodResources())
+        if self.node.unsettled:
+            self.effects.append(SettleWhenIdle(tuple(self.node.unsettled)))
+            self.node.unsettled.clear()
         return Outcome(reply, self.effects)
 
     def _dispatch(self, event: Event) -> Reply:

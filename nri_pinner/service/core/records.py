@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from ...engine.admission import Decision, Engine
 from ...engine.cpumanager.state import Assignment, EngineState
 from ...engine.cpuset import CPUSet
+from ...engine.topologymanager.explain import HintSummaries
 from .intent import ContainerIntent
 
 K = TypeVar("K", str, tuple[str, str])
@@ -164,6 +165,8 @@ class NodeState:
     # (None: no List, or the kubelet's socket is absent); `wants_listing`: a new List is to be asked for
     listed_pods: Mapping[tuple[str, str], frozenset[str]] | None = None
     wants_listing: bool = False
+    # decisions' hint summaries not formatted yet: the core hands them to the edge to settle when idle
+    unsettled: list[HintSummaries] = field(default_factory=list)
     # cpuset.mems per (engine, cpus): every shared container asks for the same pool's
     _mems: dict[tuple[Engine, CPUSet], Mems] = field(default_factory=dict, repr=False)
 
@@ -196,6 +199,8 @@ class NodeState:
         entry = {"container_id": intent.container_id, "namespace": intent.namespace, "pod_name": intent.pod_name,
                  "outcome": outcome, **decision.to_json(), **explained}
         self.decisions.append(entry)
+        if isinstance(decision.provider_hints, HintSummaries) and not decision.provider_hints.settled:
+            self.unsettled.append(decision.provider_hints)
         t = self.containers.get(intent.container_id)
         if t is not None and decision.admitted and decision.provider_hints:
             t.hints = {"merged": entry["hint"], **explained}
