@@ -235,6 +235,9 @@ class Drill:
         self.start()
         for name, spoil in HOSTILE.items():
             self.lifecycle_op()
+            # the file a spoiler reads is written behind the replies (LINGER_SECONDS, then fsync): a kill
+            # right after a quick op (a pod removed) can come first on a busy disk
+            assert wait_for(cp.exists, timeout=10.0, interval=0.02), f"{name}: no checkpoint written"
             self.kill()
             with spoil(cp, state_dir):
                 self.start()
