@@ -141,22 +141,32 @@ class CPUTopologyHints(Sequence[TopologyHint]):
         return UpForm(self.universe, self.required, {n: (w,) for n, w in self._w.items()}, (self.threshold,))
 
     # -- structured enumeration (used by the merge) --------------------------
+    def _projection(self, within: int, size: int) -> tuple[int, int, int, int] | None:
+        """What a search for masks R ⊆ ``within`` of ``size`` nodes starts from: (the required nodes
+        inside, the other nodes inside, how many of those to add, the CPUs they must bring), or
+        ``None`` when no such R can qualify."""
+        if self.narrowest_count is None or size <= 0:
+            return None
+        inside = within & self.universe
+        forced = self.required & inside
+        rest = inside & ~forced
+        free_slots = size - forced.bit_count()
+        if free_slots < 0 or free_slots > rest.bit_count():
+            return None
+        need = self.threshold - self.weight(self.universe & ~within) - self.weight(forced)
+        return forced, rest, free_slots, need
+
     def masks_within(self, within: int, size: int) -> Iterator[int]:
         """Masks R ⊆ ``within`` of ``size`` nodes, ascending, for which some hint C has C ∩ within = R.
 
         Hints are an up-set, so such a C exists iff R ∪ (universe ∖ within) is
         a hint: that is the test, no enumeration of C needed.
         """
-        if self.narrowest_count is None:
+        start = self._projection(within, size)
+        if start is None:
             return
-        inside = within & self.universe
-        forced = self.required & inside
-        free_slots = size - forced.bit_count()
-        if free_slots < 0 or size <= 0 or free_slots > (inside & ~forced).bit_count():
-            return
-        outside = self.universe & ~within
-        need = self.threshold - self.weight(outside) - self.weight(forced)
-        candidates = nodes_of(inside & ~forced)
+        forced, rest, free_slots, need = start
+        candidates = nodes_of(rest)
         if free_slots == 1:  # one node to add (the usual non-preferred answer): ascending, no bound table
             w = self._w
             for n in candidates:
@@ -170,16 +180,15 @@ class CPUTopologyHints(Sequence[TopologyHint]):
     def first_within(self, within: int, size: int) -> int | None:
         """The first (lowest) mask ``masks_within`` yields, or ``None``: what the merge without
         prefer-closest-numa-nodes asks, answered without building a generator."""
-        if self.narrowest_count is None:
-            return None
-        inside = within & self.universe
-        forced = self.required & inside
-        free_slots = size - forced.bit_count()
-        if free_slots != 1 or size <= 0 or type(self) is not CPUTopologyHints:  # memory: its own rule
+        if type(self) is not CPUTopologyHints:  # memory hint lists judge masks their own way
             return next(self.masks_within(within, size), None)
-        need = self.threshold - self.weight(self.universe & ~within) - self.weight(forced)
+        start = self._projection(within, size)
+        if start is None:
+            return None
+        forced, rest, free_slots, need = start
+        if free_slots != 1:
+            return next(self.masks_within(within, size), None)
         w = self._w
-        rest = inside & ~forced
         while rest:  # ascending nodes: the first heavy enough one gives the lowest mask
             low = rest & -rest
             if w[low.bit_length() - 1] >= need:
@@ -200,20 +209,14 @@ class CPUTopologyHints(Sequence[TopologyHint]):
         means differ by >= 1/size² >= 2^-12, far above double spacing for means
         below 2^40, so distinct sums never round to equal means.
         """
-        if self.narrowest_count is None:
+        projection = self._projection(within, size)
+        if projection is None:
             return None
-        inside = within & self.universe
-        forced = self.required & inside
-        free_slots = size - forced.bit_count()
-        if free_slots < 0 or size <= 0:
-            return None
-        need = self.threshold - self.weight(self.universe & ~within) - self.weight(forced)
-        candidates = nodes_of(inside & ~forced)
-        if free_slots > len(candidates):
-            return None
+        forced, rest, free_slots, need = projection
+        candidates = nodes_of(rest)
         weights = [self._w[n] for n in candidates]
         heaviest = _heaviest_table(weights)
-        pool = nodes_of(inside)
+        pool = nodes_of(forced | rest)
         min_pair = min((distance[a][b] for a in pool for b in pool if a != b), default=0)
         chosen = nodes_of(forced)
         start = sum(distance[a][b] for a in chosen for b in chosen)

@@ -75,7 +75,7 @@ class TopologyManager:
     prefer_closest_numa_nodes: bool = False
     distance: Distance = field(default=_default_distance, compare=False)
     default_mask: int = field(init=False, repr=False, compare=False)  # all NUMA nodes
-    # request-independent work kept across merges (the distance table: N² calls per merge otherwise)
+    # request-independent work kept across merges (the ranking, with its N² distance table)
     memo: dict[object, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -162,8 +162,7 @@ def _prepared(manager: TopologyManager, providers_hints: Sequence[ResourceHints 
     closest = manager.prefer_closest_numa_nodes and not single
     order = manager.memo.get(key := "order-closest" if closest else "order")  # built once per kind
     if not isinstance(order, _Order):
-        order = manager.memo[key] = _Order(manager.distance, manager.numa_nodes, closest=closest,
-                                           memo=manager.memo)
+        order = manager.memo[key] = _Order(manager.distance, manager.numa_nodes, closest=closest)
     return sources, order
 
 
@@ -212,35 +211,27 @@ def _filter_providers_hints(providers_hints: Iterable[ResourceHints | None]) -> 
 
 
 def _single_numa_hints(source: Source) -> Source:
-    if type(source) is tuple:  # a list, then a tuple: faster than tuple() over a generator
+    if isinstance(source, tuple):  # a list, then a tuple: faster than tuple() over a generator
         return tuple([h for h in source if h.preferred and (h.affinity is None or h.affinity & (h.affinity - 1) == 0)])
     if isinstance(source, CPUTopologyHints):
         return source.single_node_hints
-    if isinstance(source, UpSetHints):
-        return (TopologyHint(source.required, True),) if source.required.bit_count() == 1 else ()
-    return tuple(h for h in source
-                 if h.preferred and (h.affinity is None or h.affinity.bit_count() == 1))
+    return (TopologyHint(source.required, True),) if source.required.bit_count() == 1 else ()  # UpSetHints
 
 
 def best_non_preferred_count(sources: Iterable[Source]) -> int:
     """The kubelet's ``maxOfMinAffinityCounts``: the largest of each provider's narrowest hint size."""
     best = 0
     for source in sources:
-        if type(source) is tuple:  # a loop, not min() over a generator: asked on every merge
+        if isinstance(source, tuple):  # the common case first (no ABC check); a loop, not min() over a generator
             fewest = 0  # 0: no hint with a mask (a mask holds at least one node)
             for h in source:
                 if h.affinity is not None and (fewest == 0 or h.affinity.bit_count() < fewest):
                     fewest = h.affinity.bit_count()
-            best = max(best, fewest)
-            continue
-        if isinstance(source, CPUTopologyHints):
-            narrowest = source.narrowest_count
-        elif isinstance(source, UpSetHints):
-            narrowest = source.required.bit_count()
-        else:
-            narrowest = min((h.affinity.bit_count() for h in source if h.affinity is not None), default=None)
-        if narrowest is not None and narrowest > best:
-            best = narrowest
+        elif isinstance(source, CPUTopologyHints):
+            fewest = source.narrowest_count or 0
+        else:  # UpSetHints
+            fewest = source.required.bit_count()
+        best = max(best, fewest)
     return best
 
 

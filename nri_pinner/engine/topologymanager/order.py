@@ -13,15 +13,12 @@ Distance = Callable[[int, int], int]
 class _Order:
     """The kubelet's hint comparison as sort keys (smaller key = better hint)."""
 
-    def __init__(self, distance: Distance, nodes: Sequence[int], *, closest: bool,
-                 memo: dict[object, object] | None = None) -> None:
+    def __init__(self, distance: Distance, nodes: Sequence[int], *, closest: bool) -> None:
         self.closest = closest
         self._distance = distance
-        memo = {} if memo is None else memo
-        table = memo.get("table") if closest else {}
-        if table is None:
-            table = memo["table"] = {a: {b: distance(a, b) for b in nodes} for a in nodes}
-        self.table: dict[int, dict[int, int]] = table  # type: ignore[assignment]
+        # N² distance calls: built once per Topology Manager (merge.py keeps the order in its memo)
+        self.table: dict[int, dict[int, int]] = (
+            {a: {b: distance(a, b) for b in nodes} for a in nodes} if closest else {})
 
     def mean_distance(self, mask: int) -> float:
         nodes = nodes_of(mask)
