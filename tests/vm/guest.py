@@ -12,24 +12,25 @@ In the guest each part runs with (see ``scripts/vm/guest-job.sh``): ``OUT=/out/<
 ``PYTHONPATH=/host/repo``, ``PYTHONPYCACHEPREFIX=/var/tmp/pycache``,
 ``NRI_PINNER_E2E_WORKDIR=/var/tmp/nri-pinner-e2e-work``, ``HOME=/root``, ``TMPDIR=/tmp``, plus ``env``.
 
-Command line: ``python tests/vm/guest.py run TOPOLOGY DRIVER [PART...]`` (prints the results) and
-``python tests/vm/guest.py shell [TOPOLOGY]`` (interactive root shell on the serial console; no job).
+Command line (tests/vm/__main__.py): ``python -m tests.vm run TOPOLOGY DRIVER [PART...]`` (prints the
+results), ``python -m tests.vm shell [TOPOLOGY]`` (interactive root shell on the serial console; no job)
+and ``python -m tests.vm soak …`` (boot counts per TCG mode: tests/vm/soak.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import os
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .console import fault_summary
 
 REPO = Path(__file__).resolve().parents[2]
 PARTS_DIR = REPO / "tests" / "vm" / "parts"
@@ -45,8 +46,19 @@ KEEP_RUNS = 12
 POWEROFF_GRACE = 60.0  # seconds from the job's "done" marker to QEMU's exit before QEMU is killed
 QEMU = "qemu-system-x86_64"
 # TCG: /dev/kvm here is PVM. The Intel vendor makes Linux read SMT and cache sharing from CPUID 4/0xB.
-ACCEL = ["-accel", "tcg,thread=multi,tb-size=256",
-         "-cpu", "max,vendor=GenuineIntel,family=6,model=85,stepping=7"]
+# One TCG thread for all vCPUs: under thread=multi the guest kernel's live text patching (static keys,
+# text_poke_bp) races a vCPU still running the patched code, and the guest oopses on an int3 about one
+# boot in ten on a busy host (docs/vm-tier.md "Single-threaded TCG" has the counts).
+TCG_THREADS = ("single", "multi")
+CPU_MODEL = ["-cpu", "max,vendor=GenuineIntel,family=6,model=85,stepping=7"]
+
+
+def accel_args(thread: str = "single") -> list[str]:
+    if thread not in TCG_THREADS:
+        raise ValueError(f"TCG thread mode {thread!r}: one of {', '.join(TCG_THREADS)}")
+    return ["-accel", f"tcg,thread={thread},tb-size=256", *CPU_MODEL]
+
+
 KERNEL_ARGS = "root=/dev/vda rw console=ttyS0,115200 panic=-1"
 
 
@@ -170,6 +182,13 @@ class GuestRun:
             return f"(no console log: {exc})"
         return "\n".join(text.splitlines()[-lines:])
 
+    def kernel_fault(self) -> str | None:
+        """The guest kernel's oopses, BUGs and panics in one line (tests/vm/console.py), or None."""
+        try:
+            return fault_summary(self.console.read_text(errors="replace"))
+        except OSError:
+            return None
+
     def part(self, name: str) -> PartResult:
         part_dir = self.out / name
         exit_file = part_dir / "exit"
@@ -180,7 +199,9 @@ class GuestRun:
                 f", job started after {self.boot_seconds:.0f} s" if self.boot_seconds is not None
                 else ", the job never started")
             listed = "" if name in self.parts else f" (not among this boot's parts: {', '.join(self.parts)})"
-            raise VMError(f"VM part {name!r} did not run{listed} in the {self.topology}/{self.driver} boot "
+            fault = self.kernel_fault()
+            raise VMError(f"{fault + ': ' if fault else ''}"
+                          f"VM part {name!r} did not run{listed} in the {self.topology}/{self.driver} boot "
                           f"({state}; {exit_file}: {exc}). Console ({self.console}) tail:\n"
                           f"{self.console_tail()}") from None
         try:
@@ -230,8 +251,9 @@ def boot_lock() -> Iterator[None]:
 
 
 def qemu_command(topology: Topology, image: Path, overlay: Path, console: str, out: Path | None,
-                 kernel_args: str = KERNEL_ARGS) -> list[str]:
-    cmd = [QEMU, "-name", f"nri-pinner-vm-{topology.name}", "-machine", "q35", *ACCEL, *topology.qemu_args(),
+                 kernel_args: str = KERNEL_ARGS, tcg_thread: str = "single") -> list[str]:
+    cmd = [QEMU, "-name", f"nri-pinner-vm-{topology.name}", "-machine", "q35", *accel_args(tcg_thread),
+           *topology.qemu_args(),
            "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none",
            "-kernel", str(image / "vmlinuz"), "-initrd", str(image / "initrd.img"), "-append", kernel_args,
            "-drive", f"file={overlay},if=virtio,format=qcow2,cache=unsafe",
@@ -336,51 +358,3 @@ def boot(topology: str, driver: str, parts: Sequence[str] | None = None, timeout
     return GuestRun(topology=topology, driver=driver, parts=tuple(chosen), run_dir=run_dir, out=out,
                     console=console, boot_seconds=boot_seconds, seconds=seconds, image_seconds=image_seconds,
                     timed_out=timed_out, qemu_exit=qemu_exit, part_seconds=part_seconds)
-
-
-def shell(topology: str) -> int:
-    """An interactive guest on this terminal (serial console, root autologin, no job); Ctrl-a x quits."""
-    shape = TOPOLOGIES[topology]
-    with boot_lock():
-        image, _ = build_image()
-        RUNS_DIR.mkdir(parents=True, exist_ok=True)
-        overlay = RUNS_DIR / f"shell-{os.getpid()}.qcow2"
-        make_overlay(image, overlay)
-        try:
-            return subprocess.run(qemu_command(shape, image, overlay, "mon:stdio", None), check=False).returncode
-        finally:
-            overlay.unlink(missing_ok=True)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tests/vm/guest.py", description=__doc__.splitlines()[0] if __doc__ else "")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="boot once, run parts, print each part's exit and log tail")
-    run.add_argument("topology", choices=sorted(TOPOLOGIES))
-    run.add_argument("driver", choices=DRIVERS)
-    run.add_argument("parts", nargs="*", help="default: all of tests/vm/parts")
-    sh = sub.add_parser("shell", help="interactive root shell in the guest (Ctrl-a x quits)")
-    sh.add_argument("topology", nargs="?", default="2s2c2t", choices=sorted(TOPOLOGIES))
-    args = parser.parse_args(argv)
-    if args.command == "shell":
-        return shell(args.topology)
-    result = boot(args.topology, args.driver, args.parts or None)
-    boot_text = "never" if result.boot_seconds is None else f"{result.boot_seconds:.1f} s"
-    print(f"image {result.image_seconds:.1f} s, boot {boot_text}, total {result.seconds:.1f} s, "
-          f"timed out: {result.timed_out}; results in {result.out}")
-    failed = False
-    for name in result.parts:
-        try:
-            part = result.part(name)
-        except VMError as exc:
-            print(exc)
-            failed = True
-            continue
-        failed |= part.exit != 0
-        print(f"--- {name}: exit {part.exit} in {result.part_seconds.get(name, float('nan')):.0f} s\n"
-              f"{part.log[-2000:]}")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
