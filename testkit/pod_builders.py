@@ -11,6 +11,7 @@ init=True)` adds nri-pinner's documented plain-containerd override instead (PLAI
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.model import Topology
@@ -98,3 +99,54 @@ def mems_for(topology: Topology, cpus: CPUSet) -> str:
     """The NUMA nodes holding ``cpus``, as cpuset.mems text (computed from sysfs, not from the engine)."""
     return ",".join(str(n) for n in topology.numa_nodes if topology.numa_cpus[n] & cpus)
 
+
+
+# -- from the kubelet's CRI requests (tests/e2e/kubelet_pod.py) to NRI, as containerd converts them --------
+# containerd v1.7.24 (NRI v0.6.1) and v2.1.9 (NRI v0.8.0) fill the same fields the same way; line numbers
+# are "1.7.24 / 2.1.9". Fields nri-pinner does not read (namespaces, the sandbox's own OCI resources,
+# containerd's io.kubernetes.cri.* annotations, labels) are left out.
+
+def _cri_resources(msg: api.LinuxResources, res: Mapping[str, Any]) -> None:
+    """FromCRILinuxResources (NRI v0.6.1 pkg/api/resources.go:71-96; containerd 2.1.9
+    internal/cri/nri/nri_api_linux.go:880-911 fromCRILinuxResources): shares, quota, period and the
+    memory limit are always set, a zero too."""
+    msg.cpu.shares.value = int(res.get("cpu_shares", 0))
+    msg.cpu.quota.value = int(res.get("cpu_quota", 0))
+    msg.cpu.period.value = int(res.get("cpu_period", 0))
+    msg.memory.limit.value = int(res.get("memory_limit_in_bytes", 0))
+
+
+def nri_pod_from_cri(config: Mapping[str, Any], sandbox_id: str) -> api.PodSandbox:
+    """The NRI PodSandbox of a RunPodSandbox's PodSandboxConfig (CRI field names): pkg/nri/sandbox_linux.go
+    :25-37 podSandboxToNRI (both releases) over criPodSandbox (pkg/cri/nri/nri_api_linux.go in 1.7.24,
+    internal/cri/nri/nri_api_linux.go in 2.1.9): the config's annotations (:539 / :559),
+    linux.pod_overhead and linux.pod_resources from the config's linux.overhead and linux.resources
+    (:604-615 / :624-635), linux.cgroup_parent (:624 / :644)."""
+    meta, linux = config["metadata"], config.get("linux", {})
+    p = api.PodSandbox(id=sandbox_id, name=meta["name"], uid=meta["uid"], namespace=meta["namespace"],
+                       annotations=dict(config.get("annotations", {})), labels=dict(config.get("labels", {})))
+    p.linux.cgroup_parent = linux.get("cgroup_parent", "")
+    if "overhead" in linux:
+        _cri_resources(p.linux.pod_overhead, linux["overhead"])
+    if "resources" in linux:
+        _cri_resources(p.linux.pod_resources, linux["resources"])
+    return api.PodSandbox.FromString(p.SerializeToString())
+
+
+def nri_container_from_cri(config: Mapping[str, Any], sandbox: api.PodSandbox, cid: str) -> api.Container:
+    """The NRI Container of a CreateContainer's ContainerConfig: criContainer.GetLinuxResources (:822 /
+    :850) = FromOCILinuxResources of the OCI spec, whose CPU and memory WithResources wrote from the
+    CRI resources only where non-zero (pkg/cri/opts/spec_linux_opts.go:285-330 /
+    internal/cri/opts/spec_linux_opts.go:359-406: period :385, quota :388, shares :391, memory limit :400)."""
+    res = config.get("linux", {}).get("resources", {})
+    c = api.Container(id=cid, pod_sandbox_id=sandbox.id, name=config["metadata"]["name"],
+                      labels=dict(config.get("labels", {})), annotations=dict(config.get("annotations", {})))
+    cpu = c.linux.resources.cpu
+    for field_name, key in (("period", "cpu_period"), ("quota", "cpu_quota"), ("shares", "cpu_shares")):
+        if res.get(key):
+            getattr(cpu, field_name).value = int(res[key])
+    c.linux.resources.memory.SetInParent()
+    if res.get("memory_limit_in_bytes"):
+        c.linux.resources.memory.limit.value = int(res["memory_limit_in_bytes"])
+    c.linux.cgroups_path = f"{sandbox.linux.cgroup_parent}/{cid}"
+    return api.Container.FromString(c.SerializeToString())

@@ -3,7 +3,10 @@ line and column, rendered like a compiler's ``file:line:col: key: reason``."""
 
 from __future__ import annotations
 
+import ast
 import difflib
+import re
+import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -46,3 +49,24 @@ def did_you_mean(word: str, known: Iterable[str]) -> str:
         return f"; did you mean {normal[word.replace('-', '_').lower()]!r}?"
     close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def syntax_problem(source: str, text: str, exc: tomllib.TOMLDecodeError) -> Problem:
+    """A TOML syntax error as a Problem at its line and column (tomllib's words, our table names)."""
+    found = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+    message = re.sub(r"\s*\((at line \d+, column \d+|at end of document)\)", "", str(exc))
+    # tomllib names a table as a Python tuple, ('a', 'b'): name it as the file does, [a.b]
+    message = re.sub(r"Cannot declare (\(.*\)) twice", lambda m: f"table {_table_name(m.group(1))} declared twice",
+                     message)
+    if found:
+        return Problem(source, (), f"not valid TOML: {message}", int(found.group(1)), int(found.group(2)))
+    lines = text.splitlines() or [""]  # "at end of document"
+    return Problem(source, (), f"not valid TOML: {message} (at end of file)", len(lines), len(lines[-1]) + 1)
+
+
+def _table_name(text: str) -> str:
+    try:
+        keys = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+    return "[" + ".".join(str(k) for k in keys) + "]" if isinstance(keys, tuple) else text

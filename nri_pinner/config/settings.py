@@ -5,20 +5,19 @@ at once (problems.py; validate.py: host checks). Keys are read with a section's 
 
 from __future__ import annotations
 
-import ast
-import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..engine.cpumanager.releases import DEFAULT_RELEASE, POST_RELEASE_FIXES, release_of, release_problem
 from ..engine.cpuset import CPUSet, CPUSetError
 from .checks import metrics_address_problem, off_or_seconds_problem, plugin_name_problem, reserved_memory_problem
 from .checks import seconds_problem as _seconds_problem
 from .policy_options import MIN_MAX_ALLOWABLE_NUMA_NODES, parse_option_table
 from .positions import key_positions, locate
-from .problems import ConfigError, Problem, did_you_mean
+from .problems import ConfigError, Problem, did_you_mean, syntax_problem
 
 CONFIG_PATH = "/etc/nri-pinner/config.toml"
 
@@ -35,7 +34,10 @@ TOPOLOGY_SCOPES = ("container", "pod")
 TOPOLOGY_OPTIONS = ("prefer-closest-numa-nodes",)
 HINT_PROVIDERS = ("cpu", "devices", "memory", "nics", "podresources")
 # Accepted names that are planned but not built: refused with "not implemented yet", never ignored.
-NOT_IMPLEMENTED: dict[tuple[str, str, str], str] = {}
+NOT_IMPLEMENTED: dict[tuple[str, str, str], str] = {
+    ("cpu_manager", "post_release_fixes", pr): f"not implemented yet ({what})"
+    for pr, what in POST_RELEASE_FIXES.items()
+}
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,11 @@ class CPUManagerSettings:
     policy_options: frozenset[str] = frozenset()
     isolated_cpus: str = "exclusive-first"  # or "unused"
     core_kinds: str = "prefer-same"  # hybrid CPUs: "mixed" | "prefer-same" | "strict"
+    kubelet_version: str = DEFAULT_RELEASE  # the release whose placements the allocator follows (releases.py)
+    post_release_fixes: tuple[str, ...] = ()  # upstream fixes merged after it, by PR (none built: all refused)
+    # the kubelet's DisableCPUQuotaWithExclusiveCPUs (beta, on since 1.33): exclusive containers and their
+    # pods run without a CFS quota (README "Configuration reference"; service/core/quotas.py)
+    disable_cpu_quota_with_exclusive_cpus: bool = True
 
 
 @dataclass(frozen=True)
@@ -191,7 +198,8 @@ class _Reader:
             elif planned := NOT_IMPLEMENTED.get((self.section, key, item)):
                 self.report(key, f"{item!r}: {planned}")
             elif item not in allowed:
-                self.report(key, f"unknown value {item!r}{did_you_mean(item, allowed)}; known: {', '.join(allowed)}")
+                known = ", ".join(allowed) or "none"
+                self.report(key, f"unknown value {item!r}{did_you_mean(item, allowed)}; known: {known}")
             elif item in out:
                 self.report(key, f"{item!r} listed twice")
             else:
@@ -228,33 +236,13 @@ def load(text: str, source: str = "<config>") -> Settings:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([_syntax_problem(source, text, exc)]) from None
+        raise ConfigError([syntax_problem(source, text, exc)]) from None
     try:
         return _parse(data, source)
     except ConfigError as exc:  # add each key's line and column
         where = key_positions(text)
         located = [p.at(*(locate(where, p.path) or (None, None))) for p in exc.problems]
         raise ConfigError(sorted(located, key=lambda p: (p.line or 0, p.column or 0))) from None
-
-
-def _syntax_problem(source: str, text: str, exc: tomllib.TOMLDecodeError) -> Problem:
-    found = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-    message = re.sub(r"\s*\((at line \d+, column \d+|at end of document)\)", "", str(exc))
-    # tomllib names a table as a Python tuple, ('a', 'b'): name it as the file does, [a.b]
-    message = re.sub(r"Cannot declare (\(.*\)) twice", lambda m: f"table {_table_name(m.group(1))} declared twice",
-                     message)
-    if found:
-        return Problem(source, (), f"not valid TOML: {message}", int(found.group(1)), int(found.group(2)))
-    lines = text.splitlines() or [""]  # "at end of document"
-    return Problem(source, (), f"not valid TOML: {message} (at end of file)", len(lines), len(lines[-1]) + 1)
-
-
-def _table_name(text: str) -> str:
-    try:
-        keys = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-    return "[" + ".".join(str(k) for k in keys) + "]" if isinstance(keys, tuple) else text
 
 
 def from_mapping(data: Mapping[str, Any], source: str = "<config>") -> Settings:
@@ -299,6 +287,9 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
         policy_options=r.options("policy_options", CPU_POLICY_OPTIONS)[0],
         isolated_cpus=r.choice("isolated_cpus", "exclusive-first", ("exclusive-first", "unused")),
         core_kinds=r.choice("core_kinds", "prefer-same", ("mixed", "prefer-same", "strict")),
+        kubelet_version=release_of(r.get("kubelet_version", str, DEFAULT_RELEASE, release_problem)),
+        post_release_fixes=r.names("post_release_fixes", ()),
+        disable_cpu_quota_with_exclusive_cpus=r.get("disable_cpu_quota_with_exclusive_cpus", bool, True),
     )
     r.done()
 

@@ -83,9 +83,19 @@ def reserved_warnings(reserved: CPUSet, online: CPUSet) -> list[str]:
     return []
 
 
+def quota_warnings(settings: Settings) -> list[str]:
+    """What `cpu_manager.disable_cpu_quota_with_exclusive_cpus` cannot do with this config (`run` says it
+    once, at the first exclusive container: service/core/quotas.py)."""
+    if settings.cpu_manager.disable_cpu_quota_with_exclusive_cpus and not settings.reconcile.cgroup_writes:
+        return ["cpu_manager.disable_cpu_quota_with_exclusive_cpus with reconcile.cgroup_writes = false: exclusive "
+                "containers run without their own CFS quota, but their pods' cgroups keep the kubelet's (only a "
+                "cgroup pass removes it)"]
+    return []
+
+
 def host_warnings(settings: Settings) -> list[str]:
-    """Warnings about a valid config on this host (see `reserved_warnings`); none when the host's checks
-    fail (those are errors, reported by `host_problems`)."""
+    """Warnings about a valid config on this host (see `reserved_warnings`, `quota_warnings`); none about
+    the CPUs when the host's checks fail (those are errors, reported by `host_problems`)."""
     from ..engine.admission import Engine
     from ..engine.errors import EngineError
     from ..engine.topology.sysfs import SysfsError, discover
@@ -94,8 +104,8 @@ def host_warnings(settings: Settings) -> list[str]:
         topology = discover(settings.sysfs_root)
         engine = Engine.from_settings(_engine_only(settings), topology)
     except (SysfsError, OSError, EngineError, ValueError):
-        return []
-    return reserved_warnings(engine.policy.reserved, topology.online)
+        return quota_warnings(settings)
+    return reserved_warnings(engine.policy.reserved, topology.online) + quota_warnings(settings)
 
 
 def _engine_only(settings: Settings) -> Settings:

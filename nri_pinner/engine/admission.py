@@ -34,6 +34,7 @@ from .topologymanager.hints import (
     TopologyHint,
 )
 from .topologymanager.merge import MergeResult, Policy, TopologyManager, merge
+from .topologymanager.pod_scope import known_pod_hint
 
 __all__ = ["NO_DISTANCES_NOTE", "AdmissionRequest", "Decision", "Engine"]
 
@@ -71,7 +72,8 @@ class Engine:
         if unwired:  # an enabled provider must never be silently absent
             raise ValueError(f"hint provider(s) {sorted(unwired)} enabled but not wired up")
         flags = {name.replace("-", "_"): True for name in cm.policy_options}
-        options = StaticPolicyOptions(prefer_isolated_cpus=cm.isolated_cpus == "exclusive-first", **flags)
+        options = StaticPolicyOptions(prefer_isolated_cpus=cm.isolated_cpus == "exclusive-first",
+                                      kubelet_release=cm.kubelet_version, **flags)
         reserved = cm.reserved_cpus if cm.reserved_cpus is not None else (
             reserved_by_count(topology, cm.reserved_cpu_count, options) if cm.reserved_cpu_count else EMPTY)
         policy = StaticPolicy(topology, reserved, options, topology_policy_name=tm.policy,
@@ -119,7 +121,7 @@ class Engine:
     def admit(self, state: EngineState, req: AdmissionRequest) -> tuple[EngineState, Decision]:
         qos = QoS.parse(req.qos)
         n = guaranteed_cpus(qos, req.cpu_request_milli, req.cpu_limit_milli)
-        merged, shown, blamed = self._merge(state, req, n)
+        merged, shown, blamed, pods_merge = self._merge(state, req, n)
         if merged is not None and not merged.admit:
             error = merged.error
             message = str(error) if error else "topology affinity error"
@@ -155,6 +157,10 @@ class Engine:
                 state, req, hint, "InsufficientCPUs",
                 f"taking {len(alloc.cpus)} exclusive CPUs would leave the shared pool empty; "
                 "reserve CPUs (cpu_manager.reserved_cpus or reserved_cpu_count) for shared containers")
+        if pods_merge and hint is not None and req.pod_exclusive_cpus is not None:
+            # the pod's admission: its later containers get this hint (only a request carrying the
+            # pod's totals makes it the pod's; a rebuild's placement has none)
+            new_state = new_state.with_pod_hint(req.pod, hint)
         return new_state, Decision(req.pod, req.container, True, alloc.exclusive, alloc.cpus,
                                    mems, alloc.shared_pool, hint, provider_hints=shown)
 
@@ -164,6 +170,8 @@ class Engine:
             mstate = memory_state(state.providers["memory"])
             if mstate.get(pod, container) is not None:
                 state = state.with_provider("memory", self.memory.remove(mstate, pod, container))
+        if pod in state.pod_hints and not state.pod_assignments(pod):
+            state = state.with_pod_hint(pod, None)  # the pod's last record: its hint goes with it
         return state
 
     def mark_init(self, state: EngineState, pod: str, container: str) -> EngineState:
@@ -177,17 +185,21 @@ class Engine:
         return state
 
     def _merge(self, state: EngineState, req: AdmissionRequest,
-               n: int) -> tuple[MergeResult | None, Shown, list[str]]:
-        """Merged hint (None: topology manager off), hints shown per
-        provider, and the providers a rejection is on."""
+               n: int) -> tuple[MergeResult | None, Shown, list[str], bool]:
+        """Merged hint (None: topology manager off), hints shown per provider, the providers a
+        rejection is on, and whether the hint is to be the pod's (pod scope: see pod_scope.py)."""
         if self.manager.policy is Policy.NONE:
-            return None, {}, []
+            return None, {}, [], False
+        existing = state.get(req.pod, req.container)
+        allocated = existing.current if existing is not None and existing.exclusive else None
+        if self.scope == "pod" and allocated is None:
+            known, recovered = known_pod_hint(state, req.pod, self.manager)
+            if known is not None:  # the pod was admitted: no merge, its hint (kubelet scope_pod.go:55-57)
+                return MergeResult(known, True), {}, [], recovered
         providers: list[HintProvider] = [
             CPUHintProvider(self.topology, lambda: self.policy.available_for_exclusive(state),
                             align_by_socket=self.policy.options.align_by_socket),
             StaticHintProvider(), *self.extra_providers]
-        existing = state.get(req.pod, req.container)
-        allocated = existing.current if existing is not None and existing.exclusive else None
         if self.scope == "pod":
             request = self._pod_request(state, req, n, allocated)
         else:
@@ -204,16 +216,18 @@ class Engine:
         result = merge(self.manager, answers)
         names = [p.name for p in providers]
         shown = HintSummaries(names, answers)
+        pods_merge = self.scope == "pod" and allocated is None
         if result.admit:
-            return result, shown, []
-        return with_preferences(result, names, answers), shown, blame(self.manager, names, answers)
+            return result, shown, [], pods_merge
+        return with_preferences(result, names, answers), shown, blame(self.manager, names, answers), False
 
     def _pod_request(self, state: EngineState, req: AdmissionRequest, n: int,
                      allocated: CPUSet | None) -> HintRequest:
-        """The kubelet's GetPodTopologyHints (policy_static.go:578-634), asked for every container of
-        the pod as the kubelet's per-container Allocate would see it: the CPUs the pod holds count as
-        reusable, or are the hint when they are the whole pod's; a container holding another number
-        of CPUs than it asks for gets no CPU hint. Back to back, the pod's first hint again."""
+        """The kubelet's GetPodTopologyHints (policy_static.go:578-634) for the pod as it stands: at
+        its admission (nothing held yet, or no hint known after a restart), and for a container
+        admitted again (a restart: the check of the kubelet's re-admission). The CPUs the pod holds
+        count as reusable, or are the hint when they are the whole pod's; a container holding
+        another number of CPUs than it asks for gets no CPU hint."""
         total = n if req.pod_exclusive_cpus is None else req.pod_exclusive_cpus
         held = EMPTY
         for a in state.pod_assignments(req.pod):

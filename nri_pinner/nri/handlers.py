@@ -37,23 +37,27 @@ class CpusetUpdate:
     """An NRI ``ContainerUpdate`` of a container's ``cpuset.cpus`` and ``cpuset.mems``.
 
     ``ignore_failure``: containerd logs a failed update and goes on (an update riding on another
-    container's reply) instead of failing the request.
+    container's reply) instead of failing the request. ``cpu_quota``: ``linux.resources.cpu.quota``
+    too (µs per period; -1 = no limit), None = leave the quota the runtime has (or the request
+    carries: an UpdateContainer's own container keeps the kubelet's value).
     """
 
     container_id: str
     cpus: str
     mems: str
     ignore_failure: bool = False
+    cpu_quota: int | None = None
 
 
 @dataclass(frozen=True)
 class CreateReply:
-    """CreateContainer's answer: the new container's cpuset ("" = leave that field unadjusted) and
-    updates of other containers."""
+    """CreateContainer's answer: the new container's cpuset ("" = leave that field unadjusted), its CPU
+    quota (None = leave the kubelet's; -1 = no CFS limit) and updates of other containers."""
 
     cpus: str = ""
     mems: str = ""
     updates: tuple[CpusetUpdate, ...] = ()
+    cpu_quota: int | None = None
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,21 @@ class WrongReplyType(TypeError):
 
 
 def container_update(update: CpusetUpdate) -> api.ContainerUpdate:
-    """``linux.resources.cpu.{cpus,mems}`` and ``ignore_failure`` of one container."""
+    """``linux.resources.cpu.{cpus,mems}`` (and ``quota`` when set) and ``ignore_failure`` of one container."""
     proto = api.ContainerUpdate(container_id=update.container_id, ignore_failure=update.ignore_failure)
     cpu = proto.linux.resources.cpu
     cpu.cpus = update.cpus
     cpu.mems = update.mems
+    if update.cpu_quota is not None:
+        _set_quota(cpu, update.cpu_quota)
     return proto
+
+
+def _set_quota(cpu: api.LinuxCPU, quota: int) -> None:
+    """An OptionalInt64: present means "set", whatever the value (containerd: ``if v := GetQuota(); v != nil``);
+    -1 goes out as the 10-byte varint Go's int64 uses, which runc applies as "no limit"."""
+    cpu.quota.SetInParent()
+    cpu.quota.value = quota
 
 
 def container_updates(updates: Iterable[CpusetUpdate]) -> list[api.ContainerUpdate]:
@@ -37,6 +46,8 @@ def create_response(reply: CreateReply) -> api.CreateContainerResponse:
         response.adjust.linux.resources.cpu.cpus = reply.cpus
     if reply.mems:
         response.adjust.linux.resources.cpu.mems = reply.mems
+    if reply.cpu_quota is not None:
+        _set_quota(response.adjust.linux.resources.cpu, reply.cpu_quota)
     return response
 
 

@@ -29,8 +29,9 @@ import structlog
 
 from .cgroup_paths import CgroupError
 from .core.effects import WriteCgroups
-from .core.events import CgroupsWritten, WriteResult
+from .core.events import CgroupsWritten, PodQuotaResult, WriteResult
 from .cpuset_writer import CpusetWriter
+from .quota_writer import PodQuotas
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -46,6 +47,7 @@ class PassRunner:
 
     def __init__(self, writer: CpusetWriter, report: Callable[[CgroupsWritten], None]) -> None:
         self.writer, self.report = writer, report
+        self.quotas = PodQuotas(writer.root, writer.units, writer.counts)  # pods' cgroups without a CFS quota
         self.passes = 0
         # passes sent and not yet begun: the thread that pops one runs it (dict.pop is atomic), so an
         # expedited pass runs once, on whichever thread gets to it first
@@ -85,10 +87,19 @@ class PassRunner:
             except Exception as exc:  # the pass must report whatever it meets, or the core waits forever
                 log.error("cgroup pass failed", error=repr(exc))
                 results = [WriteResult(i.container_id, i.cpus, i.mems, error=repr(exc)) for i in work.items]
-            self.report(CgroupsWritten(work.pass_id, results))
+            self.report(CgroupsWritten(work.pass_id, results, self.run_quotas(work)))
+
+    def run_quotas(self, work: WriteCgroups) -> list[PodQuotaResult]:
+        """The pass's pod cgroups without a CFS quota, after its cpusets (no cpuset waits for them)."""
+        try:
+            return self.quotas.remove(work.quotas) if work.quotas else []
+        except Exception as exc:  # reported like the cpusets' faults: the core retries at its next check
+            log.error("pod quota writes failed", error=repr(exc))
+            return [PodQuotaResult(q.pod_key, q.name, error=repr(exc)) for q in work.quotas]
 
     def run(self, work: WriteCgroups) -> list[WriteResult]:
-        """One pass, in the order given (narrowing first); returns each container's result."""
+        """One pass's cpusets, in the order given (narrowing first); returns each container's result.
+        The pods' quotas (`work.quotas`) follow them (`run_quotas`)."""
         writer = self.writer
         if len(writer.files) > len(work.live):  # some went away: close their cgroup files
             writer.retain(work.live)

@@ -43,8 +43,10 @@ class WriteCounts:
     nested: int = 0  # containers that had nested cpuset cgroups (narrowed first)
     failed: int = 0  # containers left to the NRI update
     balance_cleared: int = 0  # v1 containers whose cpuset.sched_load_balance was cleared
-    unit_calls: int = 0  # systemd scopes told the cpuset written (SetUnitProperties answered)
-    unit_failed: int = 0  # ... refused, unanswered or the bus down: left to the NRI update
+    unit_calls: int = 0  # systemd scopes told the cpuset written (SetUnitProperties answered), pod slices no quota
+    unit_failed: int = 0  # ... refused, unanswered or the bus down: left to the NRI update (a slice: retried)
+    pod_quotas: int = 0  # pod cgroups whose CFS quota was removed (quota_writer.py)
+    pod_quota_failed: int = 0  # ... not written (the pod keeps it until the next check)
 
 
 def _read_text(path: str) -> str:

@@ -42,8 +42,8 @@ from .core.effects import (
     WriteCheckpoint,
 )
 from .core.node import NodeCore, Outcome
-from .core.records import NodeState, Told, View, desired_of
-from .core.reply_updates import cpu_update
+from .core.records import NodeState, Told, View
+from .core.reply_updates import cpu_update, view_update
 from .core.resizing import adoptable, is_resize
 from .cpuset_writer import CpusetWriter, unwritable
 from .metrics import Metrics
@@ -368,10 +368,10 @@ class PinnerPlugin:
         if t is None:  # unknown (adopted by the late handler): never on CPUs that may be exclusive now
             pool = view.shared_pool
             return UpdatesReply((cpu_update(req.container.id, pool, engine.mems_of(pool)),))
-        cpus, mems = desired_of(engine, view.state, view.shared_pool, t.key, engine.mems_of)
+        update = view_update(view, t, self.core.quotas.enabled)  # an exclusive one's quota stays removed
         log.warning("update over budget: answered with the container's current cpuset", container=t.key[1],
-                    cpus=str(cpus))
-        return UpdatesReply((cpu_update(t.container_id, cpus, mems),))
+                    cpus=update.cpus)
+        return UpdatesReply((update,))
 
     def update_pod_sandbox(self, req: api.UpdatePodSandboxRequest) -> None:
         """A pod-level resize (NRI >= v0.12): checked in pod scope, acted on per container."""

@@ -114,8 +114,9 @@ class Reconciler:
             drifts.append(d)
             self.repairs += 1
             self.metrics.reconcile_repairs.labels(path).inc()
+            # only started containers are checked (core/repairs.py): an empty cgroup-v2 set inherits
             log.warning("cpuset drift repaired", container=d.name, container_id=d.container_id[:12],
-                        actual=str(d.actual), desired=str(d.desired), path=path)
+                        actual=str(d.actual) or "empty (its parent's CPUs)", desired=str(d.desired), path=path)
         return drifts
 
     def _read(self, probes: list[DriftProbe]) -> dict[str, CPUSet]:

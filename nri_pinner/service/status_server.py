@@ -46,6 +46,7 @@ def status_document(view: View, stub: Stub | None, reconcile_repairs: int = 0,
             "exclusive": exclusive, "cpus": str(cpus), "mems": mems_text(cpu_mems),
             "admitted": str(a.admitted) if a and a.exclusive else "", "init": t.intent.init,
             "stopped": t.stopped, "intent_source": t.intent.source,
+            **({"pod_level_resources": t.intent.pod_level} if t.intent.pod_level else {}),
             **({"hints": t.hints} if t.hints else {}),
             **({"resize": t.last_resize} if t.last_resize else {}),
         })

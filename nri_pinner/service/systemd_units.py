@@ -8,6 +8,8 @@ docs/systemd-reapply.md) it writes those stale values back over a direct cgroup 
 container is back on CPUs made exclusive since. Setting the scope's properties at runtime through
 `SetUnitProperties(name, runtime=true, …)`, as runc's systemd manager does on an update, makes
 systemd hold what we wrote: a re-application is then a no-op. systemd writes the cgroup itself.
+The same holds for a pod slice's CPU quota, which a pod with exclusive CPUs runs without
+(`no_quota_call`, used by quota_writer.py).
 
 Cost: one D-Bus call per changed scope, all of a pass sent at once and their replies collected
 together (no wait between calls; systemd still handles them one by one). Default bus: systemd's private socket
@@ -73,6 +75,19 @@ def set_properties_call(unit: str, cpus: CPUSet, mems: CPUSet | None) -> Message
     return msg
 
 
+USEC_INFINITY = (1 << 64) - 1  # systemd's USEC_INFINITY: CPUQuotaPerSecUSec=infinity is "no quota"
+
+
+def no_quota_call(unit: str) -> Message:
+    """`SetUnitProperties(unit, runtime=true, [CPUQuotaPerSecUSec=infinity])`: a pod slice without a CFS
+    quota, as the kubelet's libcontainer asks systemd for a pod created with cpu quota -1 (runc
+    `addCpuQuota`: MaxUint64 for a quota <= 0). systemd writes cpu.cfs_quota_us -1 / cpu.max "max <period>"
+    and keeps the period it has."""
+    props = [("CPUQuotaPerSecUSec", ("t", USEC_INFINITY))]
+    msg: Message = new_method_call(SYSTEMD, "SetUnitProperties", "sba(sv)", (unit, True, props))
+    return msg
+
+
 class SystemdUnits:
     """One connection to systemd, used by one pass at a time (the core keeps one pass in flight: no lock)."""
 
@@ -87,15 +102,19 @@ class SystemdUnits:
     def agree(self, items: Sequence[tuple[str, CPUSet, CPUSet | None]]) -> dict[str, str]:
         """Set each (unit, cpus, mems) at once; returns {unit: why} for those not confirmed.
         Waits at most `timeout` for all replies together."""
-        if not items:
+        return self.call([(unit, set_properties_call(unit, cpus, mems)) for unit, cpus, mems in items])
+
+    def call(self, calls: Sequence[tuple[str, Message]]) -> dict[str, str]:
+        """Send every (unit, call) at once; {unit: why} for those not confirmed (`agree`)."""
+        if not calls:
             return {}
         try:
             sock = self._connect()
-            pending = self._send(sock, items)
+            pending = self._send(sock, calls)
             failed = self._collect(sock, pending)
         except (OSError, ValueError) as exc:
             self._drop(f"{type(exc).__name__}: {exc}")
-            failed = {unit: self.last_error for unit, _, _ in items}
+            failed = {unit: self.last_error for unit, _ in calls}
         return failed
 
     def _connect(self) -> socket.socket:
@@ -122,12 +141,12 @@ class SystemdUnits:
         self._serial = self._serial % 0x7FFFFFFF + 1
         return self._serial
 
-    def _send(self, sock: socket.socket, items: Sequence[tuple[str, CPUSet, CPUSet | None]]) -> dict[int, str]:
+    def _send(self, sock: socket.socket, calls: Sequence[tuple[str, Message]]) -> dict[int, str]:
         pending: dict[int, str] = {}
         chunks = []
-        for unit, cpus, mems in items:
+        for unit, msg in calls:
             serial = self._next_serial()
-            chunks.append(set_properties_call(unit, cpus, mems).serialise(serial=serial))
+            chunks.append(msg.serialise(serial=serial))
             pending[serial] = unit
         if chunks:
             sock.settimeout(self.timeout)

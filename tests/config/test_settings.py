@@ -86,6 +86,17 @@ def test_bad_config_names_file_key_and_reason(text: str, expected: str) -> None:
     assert re.match(r"cfg\.toml:\d+:\d+: ", str(info.value)), str(info.value)  # file:line:column:
 
 
+def test_the_kubelets_quota_gate_is_mirrored_on_by_default() -> None:
+    """cpu_manager.disable_cpu_quota_with_exclusive_cpus: the kubelet's DisableCPUQuotaWithExclusiveCPUs
+    (beta, default true since v1.33); a boolean, like the kubelet's --feature-gates value."""
+    assert load("").cpu_manager.disable_cpu_quota_with_exclusive_cpus is True
+    off = load("[cpu_manager]\ndisable_cpu_quota_with_exclusive_cpus = false")
+    assert off.cpu_manager.disable_cpu_quota_with_exclusive_cpus is False
+    with pytest.raises(ConfigError) as info:
+        load("[cpu_manager]\ndisable_cpu_quota_with_exclusive_cpus = 'false'", "cfg.toml")
+    assert str(info.value).startswith("cfg.toml:2:") and "expected bool, got str" in str(info.value)
+
+
 def test_load_file_reports_unreadable_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config"):
         load_file(tmp_path / "missing.toml")

@@ -195,3 +195,13 @@ def test_reserving_every_online_cpu_is_warned_not_refused() -> None:
         (warning,) = host_warnings(settings)
         assert "are every online CPU (0-1)" in warning and "no CPU can be given to a container exclusively" in warning
     assert host_warnings(check_text(f'sysfs_root = "{VM_2CPU}"\n[cpu_manager]\nreserved_cpus = "0"\n', "c.toml")) == []
+
+
+def test_removing_pod_quotas_without_cgroup_writes_is_warned() -> None:
+    from nri_pinner.config.validate import host_warnings
+
+    text = f'sysfs_root = "{VM_2CPU}"\n[cpu_manager]\nreserved_cpus = "0"\n[reconcile]\ncgroup_writes = false\n'
+    (warning,) = host_warnings(check_text(text, "c.toml"))
+    assert "pods' cgroups keep the kubelet's" in warning
+    off = text.replace('reserved_cpus = "0"\n', 'reserved_cpus = "0"\ndisable_cpu_quota_with_exclusive_cpus = false\n')
+    assert host_warnings(check_text(off, "c.toml")) == []

@@ -136,6 +136,8 @@ class Edge:
     resolves: dict[int, object] = field(default_factory=dict)  # every parked reply answered so far
     snapshot: Snapshot | None = None  # the newest checkpoint the core asked for
     no_cgroups: bool = False  # no container has a cgroup to write (no runc ran them): every write fails
+    # pod key -> how often a pass removed its cgroup's CFS quota (the cgroup held the kubelet's each time)
+    pod_quotas: dict[str, int] = field(default_factory=dict)
 
     def handle(self, event: ev.Event) -> Outcome:
         outcome = self.core.handle(event)
@@ -161,7 +163,8 @@ class Edge:
 
     def write(self, errors: Mapping[str, str] | None = None, untold: Mapping[str, str] | None = None) -> Outcome:
         """Answer the pass in flight: every item written, but those in ``errors`` (failed) and
-        ``untold`` (written, systemd refused the scope's properties)."""
+        ``untold`` (written, systemd refused the scope's properties). Pod quotas (keyed by pod key in
+        ``errors``/``untold`` too) are removed from a cgroup that held the kubelet's."""
         assert len(self.in_flight) == 1, "no pass in flight"
         p = self.in_flight.pop()
         errors, untold = errors or {}, untold or {}
@@ -172,7 +175,14 @@ class Edge:
                 self.cgroups[item.container_id] = item.cpus
             results.append(ev.WriteResult(item.container_id, item.cpus, item.mems, error=err,
                                           untold=untold.get(item.container_id, "")))
-        return self.handle(ev.CgroupsWritten(p.pass_id, results))
+        quotas = []
+        for q in p.quotas:
+            err = errors.get(q.pod_key, "")
+            if not err:
+                self.pod_quotas[q.pod_key] = self.pod_quotas.get(q.pod_key, 0) + 1
+            quotas.append(ev.PodQuotaResult(q.pod_key, q.name, before="" if err else "100000", error=err,
+                                            untold=untold.get(q.pod_key, "")))
+        return self.handle(ev.CgroupsWritten(p.pass_id, results, quotas))
 
     def settle(self) -> None:
         """Run the edge until the core wants nothing more: answer passes (all succeed), fire settle

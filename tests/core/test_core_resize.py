@@ -23,6 +23,7 @@ from nri_pinner.nri.handlers import CpusetUpdate, UpdatesReply
 from nri_pinner.service.core import events as ev
 from nri_pinner.service.core.effects import PassItem, Refusal, WriteCheckpoint
 from nri_pinner.service.core.passes import widens_only
+from nri_pinner.service.core.quotas import RESIZE_TIMER
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 B = container(BPOD, "app", 500, 1000)
@@ -55,8 +56,9 @@ def test_grow_is_parked_until_the_pass_has_narrowed_the_neighbours_and_widened_t
     out = e.write()
     reply = resolved(out)[token]
     assert isinstance(reply, UpdatesReply)
-    # the reply carries the grown set (runc update writes it once more), its own update first
-    assert reply.updates[0] == CpusetUpdate(G.id, str(grown), mems_for(e.topology, grown))
+    # the reply carries the grown set (runc update writes it once more), its own update first, and no CFS
+    # quota: the kubelet's update asks for 4 CPUs' worth (400000), the container stays exclusive (-1)
+    assert reply.updates[0] == CpusetUpdate(G.id, str(grown), mems_for(e.topology, grown), cpu_quota=-1)
     assert e.cgroups == {B.id: online - grown, G.id: grown}
 
 
@@ -108,5 +110,10 @@ def test_refused_resize_fails_the_update_and_changes_nothing() -> None:
     assert str(mine) in out.reply.message  # "the container keeps CPUs ..."
     assert node.state == state and node.containers[G.id].intent == intent
     assert node.desired(node.containers[G.id])[0] == mine and e.pool == online - mine
-    assert passes(out) == [] and not any(isinstance(x, WriteCheckpoint) for x in out.effects)
-    assert [name for name, _ in timers(out) if not name.startswith("wait:")] == []
+    assert not any(isinstance(x, WriteCheckpoint) for x in out.effects)
+    # the kubelet wrote the pod cgroup's quota before it called (doPodResizeAction): only that is redone, by
+    # a pass without a cpuset in it, at once and once more a second later (core/quotas.py)
+    assert {name for name, _ in timers(out) if not name.startswith("wait:")} <= {"settle", "settle-widen",
+                                                                                RESIZE_TIMER}
+    e.settle()
+    assert [(p.items, [q.pod_key for q in p.quotas]) for p in e.history[-2:]] == [((), [GPOD.uid])] * 2

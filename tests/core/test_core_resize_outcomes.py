@@ -101,7 +101,9 @@ def test_admitted_and_current_sets_survive_a_restart() -> None:
     e = make_core(prior=before.body(), synchronized=False)
     e.cgroups = dict(before.cgroups)
     reply = e.sync([GPOD], [g], {g.linux.cgroups_path: (grown, tuple(e.topology.numa_of(grown)))})
-    assert updates_of(reply) == {} and e.history == []  # the cgroup already holds it: nothing to write
+    assert updates_of(reply) == {}  # the cgroup already holds it: no cpuset to write
+    # only the pod cgroup's quota is looked at again after a (re)connect (core/quotas.py)
+    assert [(p.items, [q.pod_key for q in p.quotas]) for p in e.history] == [((), [GPOD.uid])]
     assert e.cgroups[G.id] == grown
     doc = e.assignments()[G.id]
     assert (doc["cpus"], doc["admitted"]) == (str(grown), str(baseline))

@@ -16,7 +16,7 @@ the order of its calls: kubelet_sync.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -173,12 +173,15 @@ def container_linux_resources(
     node: Node,
     *,
     sidecar_floor_request: int | None = None,
+    level: PodLevel | None = None,
 ) -> dict[str, Any]:
     """LinuxContainerResources of CreateContainer (and UpdateContainerResources): kuberuntime_container_linux.go
-    :127-194 generateLinuxContainerResources with the MemoryQoS gate off (alpha) and no swap beyond NoSwap."""
+    :127-194 generateLinuxContainerResources with the MemoryQoS gate off (alpha) and no swap beyond NoSwap.
+    ``level``: the pod's spec.resources (PodLevel.defaulted); the limits then come from ``PodLevel.limits``."""
     eff = res.effective()
+    cpu_limit, memory_limit = level.limits(eff) if level is not None else (eff.cpu_milli_limit, eff.memory_limit)
     out = calculate_linux_resources(
-        eff.cpu_milli_request if res.has_cpu_request else None, eff.cpu_milli_limit, eff.memory_limit, node
+        eff.cpu_milli_request if res.has_cpu_request else None, cpu_limit, memory_limit, node
     )  # :129-136
     out["oom_score_adj"] = oom_score_adj(
         qos, eff.memory_request, node.memory_capacity, sidecar_floor_request=sidecar_floor_request
@@ -190,8 +193,8 @@ def container_linux_resources(
     if node.swap_controller:
         if node.cgroup_v2:
             out.setdefault("unified", {})["memory.swap.max"] = "0"  # :443, :446-457
-        elif eff.memory_limit:
-            out["memory_swap_limit_in_bytes"] = eff.memory_limit  # :433-440 (a 0 limit sends 0: left out)
+        elif memory_limit:  # the limit sent, the pod's for a container without one (:438)
+            out["memory_swap_limit_in_bytes"] = memory_limit  # :433-440 (a 0 limit sends 0: left out)
     return out
 
 
@@ -234,15 +237,92 @@ def _pod_totals(pod: PodContainers, which: str) -> tuple[int, int, bool]:
     return max(cpu, init_cpu), max(mem, init_mem), cpu_key  # :213, :326
 
 
-def sandbox_linux_resources(pod: PodContainers, node: Node) -> dict[str, Any]:
+def sandbox_linux_resources(pod: PodContainers, node: Node, level: PodLevel | None = None) -> dict[str, Any]:
     """PodSandboxConfig.linux.resources: kubelet/kuberuntime/kuberuntime_sandbox_linux.go:46-59
     calculateSandboxResources = calculateLinuxResources(PodRequests cpu (nil without a cpu key, :54-57),
     PodLimits cpu, PodLimits memory), overhead excluded (:48). A container without a limit adds nothing to
     PodLimits (helpers.go:331-340 addResourceList over the limits that exist): the quota is the sum of
-    the limits that are set, not "unlimited" as the pod cgroup (cm/helpers_linux.go:124-200) makes it."""
+    the limits that are set, not "unlimited" as the pod cgroup (cm/helpers_linux.go:124-200) makes it.
+    ``level`` (spec.resources, defaulted): SkipPodLevelResources is false with the gate on (:49-50), and
+    PodRequests / PodLimits put the pod-level value in place of the containers' for each of cpu and
+    memory the pod sets (k8s.io/component-helpers/resource/helpers.go:120-129, :237-246)."""
     req_cpu, _, req_cpu_key = _pod_totals(pod, "requests")
     lim_cpu, lim_mem, _ = _pod_totals(pod, "limits")
+    if level is not None:
+        req_cpu, req_cpu_key = (level.cpu_milli_request, True) if level.cpu_request_set else (req_cpu, req_cpu_key)
+        lim_cpu = level.cpu_milli_limit or lim_cpu
+        lim_mem = level.memory_limit or lim_mem
     return calculate_linux_resources(req_cpu if req_cpu_key else None, lim_cpu, lim_mem, node)
+
+
+# -- pod-level resources (KEP-2837: pod.spec.resources) -------------------------------------------
+# The gate PodLevelResources: alpha, off, in v1.32-v1.33 (features/versioned_kube_features.go:603-605 in
+# v1.32.10); beta and on by default from v1.34 (kubernetes#132999, CHANGELOG-1.34.md "Graduated
+# `PodLevelResources` feature to beta and have it on by default"). The rules below are the gate-on
+# paths of v1.32.10, cited there; the kubelet of v1.33 (the pod-level paths of kuberuntime_container_linux.go
+# read in the source index) has them unchanged, and CHANGELOG-1.34 lists no change to them (its pod-level
+# entries: hugepages at pod level, kubernetes#131089, not modelled; the Downward API, #132605, not sent
+# in CRI). The v1.34-v1.36 kuberuntime files themselves were not in the source index.
+
+
+@dataclass(frozen=True)
+class PodLevel:
+    """pod.spec.resources as written: cpu and memory only (hugepages at pod level, v1.34+, are not
+    modelled); 0 = not set."""
+
+    cpu_milli_request: int = 0
+    cpu_milli_limit: int = 0
+    memory_request: int = 0
+    memory_limit: int = 0
+    cpu_request_set: bool = False  # requests.cpu exists (after defaulting)
+
+    def defaulted(self, containers: PodContainers) -> PodLevel:
+        """apis/core/v1/defaults.go:224-226 (after the containers' own defaulting), :460-499
+        defaultPodRequests: only when pod-level limits are set (:466-468); a request the pod leaves out
+        is the containers' aggregate requests when any container requests it (:478-485), else the
+        pod-level limit (:487-494)."""
+        if not (self.cpu_milli_limit or self.memory_limit):
+            return replace(self, cpu_request_set=bool(self.cpu_milli_request))
+        cpu, mem, cpu_key = _pod_totals(containers, "requests")
+        mem_key = any(c.effective().memory_request for c in (*containers.apps, *(i for i, _ in containers.inits)))
+        cpu_req, cpu_set = self.cpu_milli_request, bool(self.cpu_milli_request)
+        if not cpu_set and (cpu_key or self.cpu_milli_limit):
+            cpu_req, cpu_set = (cpu if cpu_key else self.cpu_milli_limit), True
+        mem_req = self.memory_request or (mem if mem_key else self.memory_limit)
+        return PodLevel(cpu_req, self.cpu_milli_limit, mem_req, self.memory_limit, cpu_set)
+
+    def validate(self, containers: PodContainers) -> None:
+        """apis/core/validation/validation.go:4323-4370 validatePodResourceConsistency: pod-level requests
+        at least the containers' aggregate requests (:4345-4354); each app container's limit at most the
+        pod's (:4356-4368)."""
+        cpu, mem, _ = _pod_totals(containers, "requests")
+        if (self.cpu_request_set and cpu > self.cpu_milli_request) or (
+                self.memory_request and mem > self.memory_request):
+            raise ValueError("pod-level requests must be >= the containers' aggregate requests")
+        for c in containers.apps:
+            e = c.effective()
+            if (self.cpu_milli_limit and e.cpu_milli_limit > self.cpu_milli_limit) or (
+                    self.memory_limit and e.memory_limit > self.memory_limit):
+                raise ValueError("a container's limit must be <= the pod-level limit")
+
+    def qos(self) -> QOSClass:
+        """apis/core/v1/helper/qos/qos.go:97-110: with pod-level resources the QoS class is theirs alone
+        (the containers' are not read, :111-155); Guaranteed needs cpu and memory limits (:107-110) and
+        requests equal to them (:157-171)."""
+        requests = {"cpu": self.cpu_milli_request, "memory": self.memory_request}
+        limits = {"cpu": self.cpu_milli_limit, "memory": self.memory_limit}
+        if not any(requests.values()) and not any(limits.values()):
+            return QOSClass.BESTEFFORT  # :157-158
+        if self.cpu_milli_limit and self.memory_limit and requests == limits:
+            return QOSClass.GUARANTEED
+        return QOSClass.BURSTABLE
+
+    def limits(self, eff: ContainerResources) -> tuple[int, int]:
+        """The CPU and memory limits a container's LinuxContainerResources are computed from: its own,
+        else the pod's (kubelet/kuberuntime/kuberuntime_container_linux.go:100-111 getCPULimit, :114-125
+        getMemoryLimit, read by generateLinuxContainerResources :134-136). Its requests stay its own
+        (:130-133): a container with neither gets shares from the pod's limit (:256-257)."""
+        return eff.cpu_milli_limit or self.cpu_milli_limit, eff.memory_limit or self.memory_limit
 
 
 def pod_linux_resources(containers: Sequence[ContainerResources], node: Node) -> dict[str, Any]:

@@ -205,3 +205,23 @@ def test_restarts_count_up_and_prune_old_init_instances() -> None:
         2, "app/2.log", "2")
     with pytest.raises(ValueError):
         ks.restart_calls(pod, "app", 0)
+
+
+def test_pod_level_resources_set_the_qos_class_and_the_limits_of_containers_without_their_own() -> None:
+    """qos.go:97-110 (pod-level values alone), defaults.go:460-499 (a missing pod request is the
+    containers' aggregate, else the pod's limit), getCPULimit / getMemoryLimit (:100-125)."""
+    gib = 1 << 30
+    limits_only = km.PodLevel(cpu_milli_limit=4000, memory_limit=4 * gib)
+    bare = kp.Pod("p", "default", "u", (kp.Container("a"),), resources=limits_only)
+    assert bare.qos is km.QOSClass.GUARANTEED  # requests default to the limits
+    part = kp.Pod("p", "default", "u", (kp.Container("a", km.ContainerResources(1000, 1000, gib, gib)),
+                                         kp.Container("b")), resources=limits_only)
+    assert part.qos is km.QOSClass.BURSTABLE  # the pod's requests default to a's: 1 CPU, 1 GiB
+    res = kp.container_config(bare, "a", NODE, kp.Image("sha256:0"))["linux"]["resources"]
+    assert (res["cpu_shares"], res["cpu_quota"], res["memory_limit_in_bytes"]) == (4096, 400_000, 4 * gib)
+    assert kp.sandbox_config(part, NODE)["linux"]["resources"]["cpu_shares"] == 1024  # the defaulted request
+    with pytest.raises(ValueError, match="<= the pod-level limit"):
+        kp.Pod("p", "default", "u", (kp.Container("a", km.ContainerResources(8000, 8000, gib, gib)),),
+               resources=limits_only)
+    with pytest.raises(NotImplementedError):
+        kp.container_config(part, "b", NODE, kp.Image("sha256:0"))

@@ -20,12 +20,13 @@ from pathlib import Path
 
 from nri_pinner.engine.cpuset import CPUSet
 
+from . import kubelet_model as km
 from . import kubelet_pod as kp
 from . import kubelet_sync as ks
 from .harness import PrivateContainerd
 from .node_env import all_cpus
 from .pinner import start_pinner, wait_for
-from .pods import WORKLOAD, remove_pod, resources_for, start_pod
+from .pods import DEFAULT_GUARANTEED_MEMORY, WORKLOAD, remove_pod, resources_for, start_pod
 from .procfs import read_cpus_allowed_list
 
 INIT_SECONDS = 0.5  # the init container's life
@@ -100,3 +101,24 @@ def test_init_container_cpus_stay_the_pods_and_the_app_reuses_them(containerd: P
     assert read_cpus_allowed_list(containerd.container_pid(ids[0])) == ALL  # and the pool grew back
     for shared in shared_pods:
         containerd.remove_pod(shared)
+
+
+def test_no_container_of_a_pod_with_pod_level_resources_is_pinned(containerd: PrivateContainerd) -> None:
+    """A Guaranteed pod whose spec.resources (1 CPU) sets its size, as the kubelet v1.34-v1.36 starts it
+    (kubelet_pod.py: containers without a limit of their own are given the pod's): the first container
+    looks like a one-container pod and is pinned at its create; the second one shows the pod, and from
+    then on no container of it holds exclusive CPUs, the first one included (kubelet: none ever)."""
+    pinner = start_pinner(containerd)
+    uid = str(uuid.uuid4())
+    memory = DEFAULT_GUARANTEED_MEMORY
+    level = km.PodLevel(cpu_milli_request=1000, cpu_milli_limit=1000, memory_request=memory, memory_limit=memory)
+    own = km.ContainerResources(1000, 1000, memory, memory)
+    spec = kp.Pod(f"pod-level-{uid[:8]}", "default", uid, resources=level, containers=(
+        kp.Container("a", command=WORKLOAD), kp.Container("b", command=WORKLOAD),
+        kp.Container("own", own, command=WORKLOAD)))
+    pod = start_pod(containerd.cri, containerd.pods_dir, containerd.record_pod_cgroup, spec)
+    ids = list(pod.containers.values())
+    assert wait_for(lambda: all(containerd.cgroup_cpuset(cid) == ALL for cid in ids), timeout=20)
+    assert not any(pinner.assignment(cid)["exclusive"] for cid in ids)
+    assert all(read_cpus_allowed_list(containerd.container_pid(cid)) == ALL for cid in ids)
+    remove_pod(containerd.cri, pod, stop_timeout_s=2)

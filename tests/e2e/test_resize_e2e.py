@@ -51,8 +51,8 @@ def test_resize_fractional_to_exclusive_and_back_and_a_refused_grow(containerd: 
 
     assert allowed() == (ALL, ALL)
 
-    _resize(containerd, g, 1000)  # shared -> exclusive
-    assert allowed() == ("1", SHARED) and _quota(containerd, g) == PERIOD
+    _resize(containerd, g, 1000)  # shared -> exclusive: no CFS quota (the kubelet asked for 100000)
+    assert allowed() == ("1", SHARED) and _quota(containerd, g) == -1
     assert containerd.cgroup_cpuset(g) == "1" and containerd.cgroup_cpuset(b) == SHARED
     doc = pinner.assignment(g)
     assert (doc["exclusive"], doc["cpus"], doc["resize"]["outcome"]) == (True, "1", "to-exclusive")
@@ -63,16 +63,16 @@ def test_resize_fractional_to_exclusive_and_back_and_a_refused_grow(containerd: 
     text = str(refused.value.details())
     print(f"\ncontainerd {containerd.version}: refused grow -> {refused.value.code()}: {text}")
     assert "InsufficientCPUs" in text and "keeps CPUs 1" in text
-    assert allowed() == ("1", SHARED) and _quota(containerd, g) == PERIOD  # runc update never ran: old quota
+    assert allowed() == ("1", SHARED) and _quota(containerd, g) == -1  # runc update never ran: old quota
     doc = pinner.assignment(g)
     assert (doc["cpus"], doc["resize"]["outcome"], doc["resize"]["reason"]) == ("1", "refused", "InsufficientCPUs")
     log = containerd.log_text(offset)
     assert "closing plugin" not in log and pinner.status()["health"]["connected"] is True  # still attached
 
     _resize(containerd, g, 500)  # exclusive -> shared: both on every CPU again
-    # the container's own set comes with the update; the neighbour's widening after the syncer's
-    # settle (never urgent, README "Pool changes")
-    assert containerd.cpus_allowed_list(g) == ALL
+    # the container's own set comes with the update, and the kubelet's quota again (500m x period); the
+    # neighbour's widening after the syncer's settle (never urgent, README "Pool changes")
+    assert containerd.cpus_allowed_list(g) == ALL and _quota(containerd, g) == PERIOD // 2
     assert wait_for(lambda: allowed() == (ALL, ALL), timeout=2.0), allowed()
     assert pinner.assignment(g)["resize"]["outcome"] == "to-shared"
     assert pinner.status()["pools"]["shared"] == ALL

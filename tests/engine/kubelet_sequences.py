@@ -20,9 +20,18 @@ from naive_kubelet import KContainer, KPod, Kubelet, Outcome
 from nri_pinner.config import from_mapping
 from nri_pinner.engine.admission import AdmissionRequest, Decision, Engine
 from nri_pinner.engine.cpuset import EMPTY, CPUSet
+from nri_pinner.engine.topology.model import Topology
 
 TOPOLOGIES = {"single_socket_ht": kt.single_socket_ht, "dual_socket_ht": kt.dual_socket_ht,
               "dual_socket_no_ht": kt.dual_socket_no_ht, "triple_socket_ht": kt.triple_socket_ht}
+# Two NUMA nodes per socket (16 CPUs, 4 nodes of 2 cores x 2 threads): align-by-socket takes CPUs
+# from the hint's sockets, outside its nodes (policy_static.go:726-731). Not in TOPOLOGIES, whose
+# draws the container/pod properties keep.
+def dual_socket_two_numa_ht() -> Topology:
+    return kt.regular(2, 2, 2, 2)
+
+
+SOCKET_TOPOLOGIES = {"dual_socket_two_numa_ht": dual_socket_two_numa_ht}
 POLICIES = ["none", "best-effort", "restricted", "single-numa-node"]
 
 
@@ -53,10 +62,12 @@ def sequences(draw: st.DrawFn) -> tuple[list[KPod], list[tuple[str, int]]]:
             draw(st.lists(st.tuples(kinds, st.integers(0, 20)), min_size=4, max_size=24)))
 
 
-def engines(topology: str, policy: str, scope: str, full_pcpus: bool, reserved: int) -> tuple[Engine, Kubelet, Kubelet]:
-    topo = TOPOLOGIES[topology]()
+def engines(topology: str, policy: str, scope: str, full_pcpus: bool, reserved: int,
+            options: tuple[str, ...] = ()) -> tuple[Engine, Kubelet, Kubelet]:
+    topo = {**TOPOLOGIES, **SOCKET_TOPOLOGIES}[topology]()
     e = Engine.from_settings(from_mapping({
-        "cpu_manager": {"reserved_cpu_count": reserved, "policy_options": ["full-pcpus-only"] if full_pcpus else []},
+        "cpu_manager": {"reserved_cpu_count": reserved,
+                        "policy_options": [*options, *(["full-pcpus-only"] if full_pcpus else [])]},
         "topology_manager": {"policy": policy, "scope": scope}}), topo)
     opts = e.policy.options
     return (e, Kubelet(topo, e.policy.reserved, opts, policy, scope),

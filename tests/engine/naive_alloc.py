@@ -1,4 +1,5 @@
-"""A deliberately naive takeByTopology: the kubelet's cpu_assignment.go (v1.32), step by step.
+"""A deliberately naive takeByTopology: the kubelet's cpu_assignment.go (v1.32), step by step;
+``odd_smt=True`` swaps in the takePartialUncore of 1.34+ (kubernetes#131850).
 
 Works on plain dicts (cpu -> (core, socket, numa, uncore)) with Python sets and recomputes
 every count from scratch on each comparison, as the kubelet's CPUDetails does. It is the
@@ -36,8 +37,9 @@ def _children(d: Details, parent: int, pid: int, child: int) -> list[int]:
 
 
 class _Acc:
-    def __init__(self, topo: Details, available: set[int], n: int, spread: bool) -> None:
+    def __init__(self, topo: Details, available: set[int], n: int, spread: bool, odd_smt: bool = False) -> None:
         self.topo = topo
+        self.odd_smt = odd_smt  # takePartialUncore of kubelet 1.34+ (kubernetes#131850)
         self.d: Details = {c: v for c, v in topo.items() if c in available}
         self.needed = n
         self.result: set[int] = set()
@@ -106,8 +108,16 @@ class _Acc:
             if self.needed < 1:
                 return
             cores = sorted({v[CORE] for v in self.d.values() if v[UNCORE] == u})
-            cores = cores[: self.needed // self.per_core]
+            if self.odd_smt:  # numCoresNeeded := (needed + CPUsPerCore() - 1) / CPUsPerCore()
+                cores = cores[: (self.needed + self.per_core - 1) // self.per_core]
+            else:
+                cores = cores[: self.needed // self.per_core]
             cpus = _cpus(self.d, CORE, *cores)
+            if self.odd_smt and self.needed % 2 != 0 and self.per_core > 1:
+                ordered = sorted(cpus)  # drop the last CPU when one is over
+                if len(ordered) > self.needed:
+                    ordered = ordered[: len(cpus) - 1]
+                cpus = set(ordered)
             if len(cpus) == self.needed:
                 self.take(cpus)
             if self.needed < 1:
@@ -115,8 +125,8 @@ class _Acc:
 
 
 def naive_packed(topo: Details, available: set[int], n: int, *, spread: bool = False,
-                 uncore: bool = False) -> set[int]:
-    acc = _Acc(topo, available, n, spread)
+                 uncore: bool = False, odd_smt: bool = False) -> set[int]:
+    acc = _Acc(topo, available, n, spread, odd_smt)
     if acc.needed < 1:
         return set()
     if acc.needed > len(acc.d):

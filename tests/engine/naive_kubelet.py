@@ -5,9 +5,13 @@ Ported from kubelet v1.32.10 (vendored in kubeedge/kubeedge, vendor/k8s.io/kuber
 - cpumanager/policy_static.go: ``updateCPUsToReuse`` (:285-313), ``Allocate`` (:315-392),
   ``RemoveContainer`` (:407-418), ``allocateCPUs`` (:420-455), ``podGuaranteedCPUs`` (:480-512),
   ``GetTopologyHints`` (:531-576), ``GetPodTopologyHints`` (:578-634), ``generateCPUTopologyHints``
-  (:642-703: every reusable CPU counts towards the request, even one also in the available set);
+  (:642-703: every reusable CPU counts towards the request, even one also in the available set; with
+  align-by-socket a socket-aligned hint is preferred too, :692-695, ``isHintSocketAligned`` :706-717),
+  ``getAlignedCPUs`` (:719-739);
 - topologymanager/scope_container.go ``Admit`` (:47-70), scope_pod.go ``Admit`` (:47-70),
   scope.go ``admitPolicyNone`` (:138-146): a pod's containers, init containers first, back to back.
+  In pod scope the pod's hints are merged once (scope_pod.go:48) and that best hint is every
+  container's (:55-57); scope.go ``RemoveContainer`` (:113-136) drops it with the pod's last container.
 
 The pieces already checked against the kubelet's own code elsewhere are reused: the allocator
 (``take_by_topology``) and the hint merge. The hint generator is written here again, as the kubelet
@@ -87,6 +91,8 @@ class Kubelet:
         self.default = topology.online
         self.assignments: dict[tuple[str, str], CPUSet] = {}
         self.reuse: dict[str, CPUSet] = {}
+        self.pod_hint: dict[str, int | None] = {}  # pod scope: the pod's merged affinity (scope.go:61)
+        self.members: dict[str, set[str]] = {}  # the pod's admitted containers (podTopologyHints[pod])
 
     # -- cpumanager/policy_static.go -------------------------------------------------------------
     def update_cpus_to_reuse(self, pod: KPod, c: KContainer, cset: CPUSet) -> None:
@@ -151,6 +157,11 @@ class Kubelet:
         return allocatable & cpus
 
     def remove(self, uid: str, name: str) -> None:
+        members = self.members.get(uid, set())
+        members.discard(name)
+        if not members:  # scope.go:129-132: the pod's hints go with its last container
+            self.members.pop(uid, None)
+            self.pod_hint.pop(uid, None)
         in_use = EMPTY
         for (p, other), cpus in self.assignments.items():
             if p == uid and other != name:
@@ -225,46 +236,56 @@ class Kubelet:
                 continue
             if len(reusable) + len(available & in_mask) >= request:
                 hints.append(TopologyHint(mask, False))
-        return [TopologyHint(h.affinity, h.affinity is not None and h.affinity.bit_count() == min_size)
-                for h in hints]
+        return [TopologyHint(h.affinity, h.affinity is not None and (
+            h.affinity.bit_count() == min_size or self.socket_aligned(h.affinity, min_size))) for h in hints]
+
+    def socket_aligned(self, mask: int, min_size: int) -> bool:
+        """isHintSocketAligned (:706-717), asked with align-by-socket (:692-695): the hint spans as
+        few sockets as the narrowest hint needs."""
+        if not self.options.align_by_socket:
+            return False
+        per_socket = len(self.topology.numa_nodes) // len(self.topology.socket_cpus)
+        if per_socket == 0:
+            return False
+        sockets = {self.topology.by_cpu[cpu].socket
+                   for cpu in self.topology.cpus_in_numa([n for n in self.topology.numa_nodes if mask >> n & 1])}
+        return len(sockets) == (min_size + per_socket - 1) // per_socket
 
     # -- topologymanager: one pod's admission ----------------------------------------------------
     def step(self, pod: KPod, c: KContainer) -> Outcome:
-        """One container of ``pod`` on its own: its hints (pod scope: the pod's, merged again) and Allocate."""
+        """One container of ``pod`` on its own: its hint and Allocate. Pod scope: the pod's hint,
+        merged at the pod's first admitted container (scope_pod.go:48) and that container's and every
+        later one's (:55-57); a container holding CPUs (created again: the kubelet re-admitting after
+        its restart) is checked by a merge of the pod as it stands, which leaves the pod's hint alone."""
         affinity: int | None = None
+        fresh = False
         if self.policy != "none":
-            own = self.pod_hints(pod) if self.scope == "pod" else self.hints(pod, c)
-            result = merge(self.manager, [{"cpu": own}, pod.hints])
-            if not result.admit:
-                return Outcome(c.name, False, EMPTY, "TopologyAffinityError")
-            affinity = result.hint.affinity
+            held = (pod.uid, c.name) in self.assignments
+            if self.scope == "pod" and not held and pod.uid in self.pod_hint:
+                affinity = self.pod_hint[pod.uid]
+            else:
+                own = self.pod_hints(pod) if self.scope == "pod" else self.hints(pod, c)
+                result = merge(self.manager, [{"cpu": own}, pod.hints])
+                if not result.admit:
+                    return Outcome(c.name, False, EMPTY, "TopologyAffinityError")
+                affinity, fresh = result.hint.affinity, self.scope == "pod" and not held
         try:
             cpus = self.allocate(pod, c, affinity)
         except AdmissionError as exc:
             return Outcome(c.name, False, EMPTY, exc.reason)
+        if fresh:
+            self.pod_hint[pod.uid] = affinity
+        self.members.setdefault(pod.uid, set()).add(c.name)
         return Outcome(c.name, True, cpus, affinity=affinity)
 
     def admit(self, pod: KPod) -> list[Outcome]:
-        """The containers' outcomes up to the first refusal (the kubelet stops there: the pod fails)."""
+        """The containers' outcomes up to the first refusal (the kubelet stops there: the pod fails).
+        A new pod's containers back to back: in pod scope one merge, before the first Allocate."""
         out: list[Outcome] = []
-        pod_affinity: int | None = None
-        if self.policy != "none" and self.scope == "pod":
-            result = merge(self.manager, [{"cpu": self.pod_hints(pod)}, pod.hints])
-            if not result.admit:
-                return [Outcome(pod.containers[0].name, False, EMPTY, "TopologyAffinityError")]
-            pod_affinity = result.hint.affinity
         for c in pod.containers:
-            affinity = pod_affinity
-            if self.policy != "none" and self.scope == "container":
-                result = merge(self.manager, [{"cpu": self.hints(pod, c)}, pod.hints])
-                if not result.admit:
-                    return [*out, Outcome(c.name, False, EMPTY, "TopologyAffinityError")]
-                affinity = result.hint.affinity
-            try:
-                cpus = self.allocate(pod, c, affinity)
-            except AdmissionError as exc:
-                return [*out, Outcome(c.name, False, EMPTY, exc.reason)]
-            out.append(Outcome(c.name, True, cpus, affinity=affinity))
+            out.append(self.step(pod, c))
+            if not out[-1].admitted:
+                break
         return out
 
 

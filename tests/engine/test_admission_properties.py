@@ -256,6 +256,8 @@ def check_against_naive(data: st.DataObject, topo: Topology, e: Engine) -> None:
         assert not d.admitted and d.reason == "InsufficientCPUs" and new is state
         return
     assert d.admitted and d.cpus == alloc.cpus and d.exclusive == alloc.exclusive
+    if pod_total is not None and d.hint is not None:  # pod scope: the pod's admission keeps its hint
+        expected = expected.with_pod_hint("p", d.hint)
     assert new.to_dict() == expected.to_dict()
 
 

@@ -48,12 +48,13 @@ def _one_l3_four_numa() -> Topology:
 
 
 def test_uncore_remainder_finishes_the_partly_used_core() -> None:
+    # v1.32's partial-cache rule (1.34+ answers "0-2": test_allocator_kubelet_134.py)
     topo = _one_l3_four_numa()
-    assert take_by_topology_uncore(topo, topo.online - S("6,8-15"), 3) == S("0-1,7")
+    assert take_by_topology_uncore(topo, topo.online - S("6,8-15"), 3, odd_smt_uncore=False) == S("0-1,7")
 
 
 def test_uncore_remainder_through_simulate() -> None:
-    # the same machine and taken CPUs as a scenario file (taken = strictly reserved)
+    # the same machine and taken CPUs as a scenario file (taken = strictly reserved; kubelet_version 1.32)
     out = io.StringIO()
     assert run_scenario_file(str(Path(__file__).parent / "scenarios" / "uncore-remainder.json"), None, out) == 0
     assert json.loads(out.getvalue())["cpus"] == "0-1,7"
@@ -150,7 +151,7 @@ def test_spread_equals_kubelet_port(req: tuple[Topology, CPUSet, int]) -> None:
 def test_uncore_equals_kubelet_port(req: tuple[Topology, CPUSet, int]) -> None:
     topo, avail, n = req
     want = naive_packed(details_of(topo), set(avail), n, uncore=True)
-    assert take_by_topology_uncore(topo, avail, n) == CPUSet(want)
+    assert take_by_topology_uncore(topo, avail, n, odd_smt_uncore=False) == CPUSet(want)
 
 
 @PROPS

@@ -176,9 +176,10 @@ def test_an_init_container_admitted_again_makes_its_cpus_reusable_again() -> Non
     assert app2.admitted and app2.cpus == S("1-2,4-7")
 
 
-def test_pod_scope_merges_the_pods_hints_again_for_each_container() -> None:
-    # GetPodTopologyHints (policy_static.go:578-634) for the pod as it stands: what it holds counts
-    # as reusable, so the hint may move to a node that became free (here q went) but keeps its CPUs.
+def test_pod_scope_keeps_the_pods_hint_when_a_node_frees_up() -> None:
+    # The pod's hints are merged once, at its admission (scope_pod.go:48, kubelet v1.32.10), and that
+    # hint is every container's (:55-57): NUMA 0 freeing up (q went) before c1 does not move c1 there.
+    # (Before issue 44 each container merged the pod's hints again and c1 got {0}: 2,6,8.)
     e = engine(kt.dual_socket_ht(), DUAL["cpu_manager"], _tm("best-effort", "pod"))
     s, _ = admit(e, e.initial_state(), req("q", "app", 3, pod_exclusive_cpus=3))
     s, _ = admit(e, s, req("r", "app", 3, pod_exclusive_cpus=3))
@@ -186,7 +187,7 @@ def test_pod_scope_merges_the_pods_hints_again_for_each_container() -> None:
     assert c0.cpus == S("4") and c0.hint is not None and c0.hint.affinity == 0b11  # 4 fit no single node
     s = e.remove(s, "q", "app")
     s, c1 = admit(e, s, req("p", "c1", 3, pod_exclusive_cpus=4))
-    assert c1.hint is not None and c1.hint.affinity == 0b01 and c1.cpus == S("2,6,8")
+    assert c1.hint == c0.hint and c1.cpus == S("5,9,11")
 
 
 def test_the_cpus_an_app_container_holds_are_never_reused() -> None:

@@ -22,6 +22,7 @@ from nri_pinner.engine.topology.model import Topology
 UP = StaticPolicyOptions(prefer_align_cpus_by_uncorecache=True)
 FULL_UP = StaticPolicyOptions(full_pcpus_only=True, prefer_align_cpus_by_uncorecache=True)
 STRICT_UP = StaticPolicyOptions(strict_cpu_reservation=True, prefer_align_cpus_by_uncorecache=True)
+UP_132 = StaticPolicyOptions(prefer_align_cpus_by_uncorecache=True, kubelet_release="1.32")
 
 
 class UncoreCase(NamedTuple):
@@ -76,10 +77,10 @@ UNCORE_CASES = [
     UncoreCase("m': even request skips odd-free uncore 0", SMALL, "0,1,64", UP, (4000,), "4,5,68,69"),
     UncoreCase("m': large odd request", SMALL, "0,1,64", UP, (11000,), "2,65,66,4-7,68-71"),
     # upstream seeds the pool of these two MONO cases with SmallUncore's CPUs 0-127
-    # upstream (newer than v1.32) rounds a partial cache up to whole cores and answers
-    # "2,3,121-123"; v1.32.10 takes needed // threads cores, finds 3 CPUs for 5 and packs
-    # instead (issue 21's corpus, and the naive_alloc port, agree)
-    UncoreCase("odd request, HT monolithic", MONO, "0,1,120", UP, (5000,), "2,3,60,122,123", default="0-127"),
+    # upstream 1.34+ rounds a partial cache up to whole cores and answers "2,3,121-123"
+    # (test_allocator_kubelet_134.py); v1.32.10 takes needed // threads cores, finds 3 CPUs for 5
+    # and packs instead (issue 21's corpus, and the naive_alloc port, agree): kubelet_version 1.32
+    UncoreCase("odd request, HT monolithic", MONO, "0,1,120", UP_132, (5000,), "2,3,60,122,123", default="0-127"),
     UncoreCase("even request, HT monolithic", MONO, "0,1,120", UP, (4000,), "2,3,122,123", default="0-127"),
     UncoreCase("m'': strict reservation, small uncore", SMALL, "0,1,64,65", STRICT_UP, (2000,), "2,66"),
     UncoreCase("strict reservation, monolithic HT", MONO, "0,1,120,121", STRICT_UP, (4000,), "2,3,122,123"),

@@ -281,6 +281,27 @@ def test_create_reply_adjusts_only_the_fields_it_sets() -> None:
     assert create_response(h.CreateReply(cpus="7")).SerializeToString() == bytes.fromhex("0a09 3207 1205 1203 320137")
 
 
+def test_a_cpu_quota_of_minus_one_is_a_present_optional_int64() -> None:
+    """NRI's LinuxCPU.quota is an OptionalInt64 (field 2, a message holding int64 field 1): present means
+    "set" (containerd/nri result.go: ``if v := cpu.GetQuota(); v != nil``), -1 goes out as Go's 10-byte
+    varint, and runc applies -1 as no limit. Absent (None) leaves the kubelet's quota."""
+    minus_one = "08" + "ff" * 9 + "01"  # OptionalInt64{value: -1}: 11 bytes
+    # adjust (1) → linux (6) → resources (2) → cpu (2) → quota (2), lengths 19, 17, 15, 13, 11
+    wire = create_response(h.CreateReply(cpu_quota=-1)).SerializeToString()
+    assert wire == bytes.fromhex("0a13 3211 120f 120d 120b" + minus_one)
+    cpu = api.CreateContainerResponse.FromString(wire).adjust.linux.resources.cpu
+    assert cpu.HasField("quota") and cpu.quota.value == -1 and cpu.cpus == "" and not cpu.HasField("period")
+    assert not api.CreateContainerResponse.FromString(
+        create_response(h.CreateReply(cpus="7")).SerializeToString()).adjust.linux.resources.cpu.HasField("quota")
+    # an update: container_id (1) "c", linux (2) → resources (1) → cpu (2) → quota (2) and cpus (6) "1"
+    update = container_update(h.CpusetUpdate("c", "1", "", cpu_quota=-1))
+    assert update.SerializeToString() == bytes.fromhex("0a0163 1214 0a12 1210 120b" + minus_one + "320131")
+    assert not container_update(h.CpusetUpdate("c", "1", "")).linux.resources.cpu.HasField("quota")
+    zero = api.ContainerUpdate.FromString(
+        container_update(h.CpusetUpdate("c", "1", "", cpu_quota=0)).SerializeToString())
+    assert zero.linux.resources.cpu.HasField("quota") and zero.linux.resources.cpu.quota.value == 0
+
+
 @pytest.mark.parametrize("response_type", [api.UpdateContainerResponse, api.StopContainerResponse])
 def test_updates_reply_becomes_the_update_list(response_type: Any) -> None:
     reply = h.UpdatesReply((h.CpusetUpdate("a", "1", "0"), h.CpusetUpdate("b", "2-3", "1", True)))

@@ -1,8 +1,10 @@
 """Drift repair by the reconcile timer, on each path the runtime's NRI version allows, and CPU
 hotplug on a fake sysfs tree. The cgroup tree is a fake cgroup-v1 root in tmp.
 
-Most tests here turn direct cgroup writes off (`NO_WRITES`) to exercise the runtime paths a
-repair takes when a cgroup cannot be written; tests/service/test_cgroup_pool.py covers writes."""
+Drift is checked in started containers only (tests/service/test_reconcile_unstarted.py). The tests
+here turn direct cgroup writes off (`NO_WRITES`) to exercise the runtime paths a repair takes when a
+cgroup cannot be written (with writes on, a started container's drift is rewritten in its cgroup:
+tests/service/test_cgroup_pool.py)."""
 
 from __future__ import annotations
 
@@ -46,13 +48,16 @@ def repairs(r: Running, path: str) -> float:
 
 
 async def start_two_containers(r: Running, cgroup_root: Path) -> CPUSet:
-    """A burstable and a guaranteed container whose cgroups hold what they were told; returns G's CPUs."""
+    """A burstable and a guaranteed container, started, whose cgroups hold what they were told; returns
+    G's CPUs."""
     await r.conn.create_container(create(BPOD, B))
     reply = await r.conn.create_container(create(GPOD, G))
     assert reply is not None
     exclusive = CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
-    write_cgroup_cpus(cgroup_root, G, str(exclusive))
+    write_cgroup_cpus(cgroup_root, G, str(exclusive))  # runc create, before the runtime's StartContainer
     write_cgroup_cpus(cgroup_root, B, str(r.topology.online - exclusive))
+    for p, c in ((BPOD, B), (GPOD, G)):
+        assert await r.conn.state_change(api.START_CONTAINER, p, c)
     assert await r.svc.reconciler.tick() == []  # in sync: nothing to repair
     return exclusive
 
@@ -204,7 +209,7 @@ async def apply_updates(r: Running, cgroups: Path, by_id: dict[str, api.Containe
 
 async def test_cpu_hotplug_shrinks_and_regrows_pools_and_exclusive_sets(workdir: Path) -> None:
     sysfs = copy_sysfs(DUAL_SOCKET, workdir / "sysfs")
-    settings = make_settings(workdir, sysfs=sysfs)
+    settings = make_settings(workdir, sysfs=sysfs, reconcile=NO_WRITES)
     cgroups = Path(settings.reconcile.cgroup_root)
     async with running(settings, NRI_V0_12_1) as r:
         online = r.topology.online
@@ -260,7 +265,7 @@ async def test_failed_update_containers_falls_back_to_the_next_reply(workdir: Pa
 
 
 async def test_unreachable_cri_falls_back_to_the_next_reply(workdir: Path) -> None:
-    settings = make_settings(workdir, reconcile={"cri_socket": str(workdir / "no-cri.sock")})
+    settings = make_settings(workdir, reconcile={"cri_socket": str(workdir / "no-cri.sock"), **NO_WRITES})
     cgroups = Path(settings.reconcile.cgroup_root)
     async with running(settings, CONTAINERD_1_7_24, forbid_unsolicited_updates=True) as r:
         try:
@@ -278,7 +283,7 @@ async def test_unreachable_cri_falls_back_to_the_next_reply(workdir: Path) -> No
 
 async def test_reserved_cpu_going_offline_does_not_stop_reconciling(workdir: Path) -> None:
     sysfs = copy_sysfs(DUAL_SOCKET, workdir / "sysfs")
-    settings = make_settings(workdir, sysfs=sysfs, cpu_manager={"reserved_cpus": "0,1"})
+    settings = make_settings(workdir, sysfs=sysfs, cpu_manager={"reserved_cpus": "0,1"}, reconcile=NO_WRITES)
     cgroups = Path(settings.reconcile.cgroup_root)
     async with running(settings, NRI_V0_12_1) as r:
         online = r.topology.online

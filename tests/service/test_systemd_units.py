@@ -193,10 +193,15 @@ async def test_a_pool_change_tells_systemd_before_it_writes_and_falls_back_when_
         return root / "cpuset" / relative_cgroup_path(c.linux.cgroups_path).strip("/")
 
     def answer(unit: str, props: list[Any]) -> str | None:
-        order.append(f"{unit} {(cgroup(b) / 'cpuset.cpus').read_text().strip()}")  # the cgroup when systemd is told
+        if unit.endswith(".scope"):  # the cgroup when systemd is told
+            order.append(f"{unit} {(cgroup(b) / 'cpuset.cpus').read_text().strip()}")
         return "org.freedesktop.DBus.Error.AccessDenied" if unit in refuse else None
 
     peer = DBusPeer(short_dir / "private", answer)
+    # G's pod slice as the kubelet made it (cgroup v1 cpu controller): its quota, the limits' sum
+    pod_quota = root / "cpu" / relative_cgroup_path(g.linux.cgroups_path).strip("/").rpartition("/")[0]
+    pod_quota.mkdir(parents=True)
+    (pod_quota / "cpu.cfs_quota_us").write_text("200000\n")
     try:
         async with running(settings) as r:
             online = r.topology.online
@@ -216,6 +221,10 @@ async def test_a_pool_change_tells_systemd_before_it_writes_and_falls_back_when_
             assert sorted(order) == sorted(f"cri-containerd-{c.id}.scope {online}" for c in (b, b2))
             masks = {unit: dict(props) for _, unit, _, props in peer.calls}
             assert masks[f"cri-containerd-{b.id}.scope"]["AllowedCPUs"] == ("ay", cpu_mask(pool))
+            # G's pod slice: no CFS quota, held by systemd, then written
+            slice_unit = g.linux.cgroups_path.split(":")[0]
+            assert masks[slice_unit] == {"CPUQuotaPerSecUSec": ("t", (1 << 64) - 1)}
+            assert (pod_quota / "cpu.cfs_quota_us").read_text() == "-1"
             for c in (b, b2):  # both written directly all the same: pinned now
                 assert CPUSet.parse((cgroup(c) / "cpuset.cpus").read_text()) == pool
             # the refused one rides on the next reply as an NRI update (runc then tells systemd)
@@ -223,7 +232,7 @@ async def test_a_pool_change_tells_systemd_before_it_writes_and_falls_back_when_
             nxt = await r.conn.create_container(create(bpod, late))
             assert nxt is not None and set(cpuset_updates(nxt.update)) == {b2.id}
             health = r.svc.document()["health"]["cgroup_writes"]
-            assert (health["unit_calls"], health["unit_failed"]) == (1, 1)
+            assert (health["unit_calls"], health["unit_failed"]) == (2, 1)  # B's scope and G's pod slice
     finally:
         peer.close()
 

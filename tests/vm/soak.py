@@ -81,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table.write_text("index\tthread\tverdict\tseconds\tload1\twhy\n")
     load = (subprocess.Popen(["bash", "-c", args.load], start_new_session=True, stdout=(run_dir / "load.log").open("w"),
                              stderr=subprocess.STDOUT) if args.load else None)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed soak still stops its load (finally)
     counts: dict[str, Counter[str]] = {t: Counter() for t in pattern}
     seconds: dict[str, list[float]] = {t: [] for t in pattern}
     try:

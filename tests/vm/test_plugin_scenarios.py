@@ -20,7 +20,8 @@ GUEST_TESTS = ("test_guaranteed_container_on_node1_gets_node1_memory",
                "test_single_numa_node_refuses_a_request_spanning_nodes",
                "test_init_cpus_reused_by_the_sidecar_and_the_app_gets_its_own",
                "test_no_shared_sample_on_an_exclusive_cpu_while_systemd_reapplies",
-               "test_preinstalled_pins_and_systemd_holds_the_shared_pool")
+               "test_preinstalled_pins_and_systemd_holds_the_shared_pool",
+               "test_a_created_container_is_not_checked_for_drift_until_it_starts")
 SYSTEMD_ONLY = ("test_without_telling_systemd_its_reapplications_put_shared_containers_back",)
 WINDOW_TRIGGERS = {"systemd": {"create", "churn", "qos-slices", "pod-slices", "daemon-reload", "sibling-update",
                                "own-scope", "started-in-pod"},

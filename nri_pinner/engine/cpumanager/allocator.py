@@ -43,17 +43,19 @@ def take_by_topology_numa_packed(
     *,
     spread: bool = False,
     prefer_align_by_uncore_cache: bool = False,
+    odd_smt_uncore: bool = True,
 ) -> CPUSet:
     """N CPUs packed onto as few NUMA nodes / sockets / caches / cores as the kubelet would.
 
     ``spread`` is the distribute-cpus-across-cores variant (no whole-core step; threads
     are taken in ascending CPU id per socket, i.e. one thread per core first).
-    ``prefer_align_by_uncore_cache`` adds the whole/partial L3 step. Raises
+    ``prefer_align_by_uncore_cache`` adds the whole/partial L3 step, by the kubelet 1.34+
+    partial-cache rule unless ``odd_smt_uncore`` is False (v1.32's; see releases.py). Raises
     ``InsufficientCPUs`` when ``available`` has fewer than N CPUs.
     """
     idx = index_for(topology)
     free = _check_request(idx, available, n)
-    return CPUSet.from_mask(packed_mask(idx, free, n, spread, prefer_align_by_uncore_cache))
+    return CPUSet.from_mask(packed_mask(idx, free, n, spread, prefer_align_by_uncore_cache, odd_smt_uncore))
 
 
 def take_by_topology_spread(topology: Topology, available: CPUSet, n: int) -> CPUSet:
@@ -61,10 +63,11 @@ def take_by_topology_spread(topology: Topology, available: CPUSet, n: int) -> CP
     return take_by_topology_numa_packed(topology, available, n, spread=True)
 
 
-def take_by_topology_uncore(topology: Topology, available: CPUSet, n: int, *, spread: bool = False) -> CPUSet:
-    """The prefer-align-cpus-by-uncorecache allocation."""
+def take_by_topology_uncore(topology: Topology, available: CPUSet, n: int, *, spread: bool = False,
+                            odd_smt_uncore: bool = True) -> CPUSet:
+    """The prefer-align-cpus-by-uncorecache allocation (``odd_smt_uncore=False``: kubelet v1.32's)."""
     return take_by_topology_numa_packed(
-        topology, available, n, spread=spread, prefer_align_by_uncore_cache=True
+        topology, available, n, spread=spread, prefer_align_by_uncore_cache=True, odd_smt_uncore=odd_smt_uncore
     )
 
 
@@ -93,6 +96,7 @@ def take_by_topology(
     distribute_cpus_across_numa: bool = False,
     distribute_cpus_across_cores: bool = False,
     prefer_align_by_uncore_cache: bool = False,
+    odd_smt_uncore: bool = True,
 ) -> CPUSet:
     """Dispatch as the kubelet's ``staticPolicy.takeByTopology`` does for a set of policy options."""
     if distribute_cpus_across_numa:
@@ -106,4 +110,5 @@ def take_by_topology(
         n,
         spread=distribute_cpus_across_cores,
         prefer_align_by_uncore_cache=prefer_align_by_uncore_cache,
+        odd_smt_uncore=odd_smt_uncore,
     )

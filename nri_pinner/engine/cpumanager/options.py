@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import PolicyOptionError
 from ..topology.model import Topology
+from .releases import DEFAULT_RELEASE, PARTIAL_UNCORE_ODD_SMT, check_release, follows
 
 OPTION_NAMES = {
     "full-pcpus-only": "full_pcpus_only",
@@ -31,11 +33,25 @@ class StaticPolicyOptions:
     strict_cpu_reservation: bool = False
     prefer_align_cpus_by_uncorecache: bool = False
     prefer_isolated_cpus: bool = False
+    # The kubelet release whose placements the allocator follows (releases.py; not an option of the
+    # kubelet's: its cpu_manager.kubelet_version setting).
+    kubelet_release: str = DEFAULT_RELEASE
+
+    def __post_init__(self) -> None:
+        try:  # refused at construction: every allocation path reads it, the reservation's first
+            check_release(self.kubelet_release)
+        except ValueError as exc:
+            raise PolicyOptionError(str(exc)) from None
+
+    @property
+    def odd_smt_partial_uncore(self) -> bool:
+        """The partial-uncore step of kubelet 1.34+ (kubernetes#131850), else v1.32's."""
+        return follows(self.kubelet_release, PARTIAL_UNCORE_ODD_SMT)
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, str]) -> StaticPolicyOptions:
         """Parse kubelet-style ``cpuManagerPolicyOptions`` ({"full-pcpus-only": "true", ...})."""
-        values: dict[str, bool] = {}
+        values: dict[str, Any] = {}  # bool flags; Any as the class has a str field too
         for name, raw in options.items():
             if name not in OPTION_NAMES:
                 raise PolicyOptionError(

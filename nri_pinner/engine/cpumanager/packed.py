@@ -166,12 +166,17 @@ class Accumulator:
             self.take_full_numa_nodes()
 
     # -- uncore caches (prefer-align-cpus-by-uncorecache) ----------------------------------
-    def take_partial_uncore(self, uncore: int) -> None:
-        """The kubelet's takePartialUncore: the lowest-id ``needed // threads`` cores with a
-        free CPU in the cache, taken only if their free CPUs are exactly what is still needed
-        (so an odd remainder on SMT is left to the whole-core and single-thread steps)."""
+    def take_partial_uncore(self, uncore: int, odd_smt: bool = True) -> None:
+        """The kubelet's takePartialUncore: the lowest-id cores with a free CPU in the cache, taken
+        only if their free CPUs are exactly what is still needed.
+
+        ``odd_smt`` (kubelet 1.34+, kubernetes#131850): ``ceil(needed / threads)`` cores, less their
+        highest CPU when an odd count on SMT leaves one over, so an odd count can fit a cache.
+        Without it (v1.32): ``needed // threads`` cores, so on SMT an odd remainder never fits
+        and is left to the whole-core and single-thread steps."""
         idx = self.idx
-        cores_needed = self.needed // idx.cpus_per_core
+        per_core = idx.cpus_per_core
+        cores_needed = -(-self.needed // per_core) if odd_smt else self.needed // per_core
         in_uncore = idx.uncore_mask[uncore] & self.free
         cores = [c for c in idx.cores_in_uncore.get(uncore, ()) if idx.core_mask[c] & in_uncore][
             :cores_needed
@@ -179,17 +184,20 @@ class Accumulator:
         mask = 0
         for c in cores:
             mask |= idx.core_mask[c] & self.free
+        # the kubelet tests "odd" (% 2), not "not a multiple of the threads", and drops one CPU only
+        if odd_smt and self.needed % 2 and per_core > 1 and mask.bit_count() > self.needed:
+            mask &= ~(1 << (mask.bit_length() - 1))
         if mask.bit_count() == self.needed:
             self.take(mask)
 
-    def take_uncore_caches(self) -> None:
+    def take_uncore_caches(self, odd_smt: bool = True) -> None:
         per_uncore = self.idx.cpus_per_uncore
         for uncore in self.sorted_uncores():
             if self.needed >= per_uncore:
                 self.take_full_uncores()
             if self.satisfied():
                 return
-            self.take_partial_uncore(uncore)
+            self.take_partial_uncore(uncore, odd_smt)
             if self.satisfied():
                 return
 
@@ -238,7 +246,9 @@ def _owners(owner: dict[int, int], cpus: int, ids: Sequence[int]) -> Iterable[in
     return found
 
 
-def packed_mask(idx: TopologyIndex, free: int, n: int, spread: bool, uncore: bool) -> int:
+def packed_mask(idx: TopologyIndex, free: int, n: int, spread: bool, uncore: bool, odd_smt_uncore: bool = True
+                ) -> int:
+    """``odd_smt_uncore``: the partial-uncore step of kubelet 1.34+ (see take_partial_uncore)."""
     acc = Accumulator(idx, free, n)
     if acc.satisfied():
         return 0
@@ -249,7 +259,7 @@ def packed_mask(idx: TopologyIndex, free: int, n: int, spread: bool, uncore: boo
     if acc.satisfied():
         return acc.result
     if uncore:
-        acc.take_uncore_caches()
+        acc.take_uncore_caches(odd_smt_uncore)
         if acc.satisfied():
             return acc.result
     if not spread:

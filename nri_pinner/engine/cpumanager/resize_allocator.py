@@ -67,7 +67,9 @@ class _ResizeAccumulator(Accumulator):
         else:
             self.take_whole(self.sorted_sockets(), self.idx.socket_mask)
 
-    def take_partial_uncore(self, uncore: int) -> None:
+    def take_partial_uncore(self, uncore: int, odd_smt: bool = True) -> None:
+        # the upstream resize allocator is newer than kubernetes#131850 and always rounds up; odd_smt
+        # False (the v1.32 rule, Accumulator.take_partial_uncore) is kept for the signature's sake
         idx = self.idx
         per_core = idx.cpus_per_core
         cores = idx.cores_in_uncore.get(uncore, [])
@@ -80,12 +82,12 @@ class _ResizeAccumulator(Accumulator):
                 if self.needed < avail.bit_count():
                     break
                 self.take(avail)
-        cores_needed = (self.needed + per_core - 1) // per_core
+        cores_needed = (self.needed + per_core - 1) // per_core if odd_smt else self.needed // per_core
         in_uncore = idx.uncore_mask[uncore] & self.free
         mask = 0
         for c in [c for c in cores if idx.core_mask[c] & in_uncore][:cores_needed]:
             mask |= idx.core_mask[c] & self.free
-        if self.needed % 2 and per_core > 1 and mask.bit_count() > self.needed:
+        if odd_smt and self.needed % 2 and per_core > 1 and mask.bit_count() > self.needed:
             mask &= ~(1 << (mask.bit_length() - 1))
         if mask and mask.bit_count() == self.needed:
             self.take(mask)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cpuset import EMPTY, CPUSet
+from ..topologymanager.hints import TopologyHint, mask_of, nodes_of
 
 STATE_VERSION = 1
 
@@ -89,6 +90,10 @@ class EngineState:
     container goes), for every pod rather than only the last one: ``reuse_pod`` is the pod whose
     exclusive allocation ran last, the only pod the kubelet keeps an entry for. What an admission
     may reuse is ``StaticPolicy.reusable``.
+
+    ``pod_hints[pod]`` (topology manager scope ``pod``): the best hint of the pod's one merge, which
+    every later container of the pod is admitted with, as the kubelet hands one hint to all of a pod's
+    containers (v1.32 topologymanager/scope_pod.go:48, :55-57); dropped with the pod's last record.
     """
 
     default_set: CPUSet = EMPTY
@@ -99,6 +104,7 @@ class EngineState:
     reuse_pod: str | None = field(default=None, kw_only=True)
     # union of exclusive CPUs, carried from state to state (None = not known yet, computed on demand)
     exclusive_mask: int | None = field(default=None, compare=False, repr=False, kw_only=True)
+    pod_hints: Mapping[str, TopologyHint] = field(default_factory=dict, kw_only=True)
 
     # -- queries -------------------------------------------------------------------------------
     def get(self, pod: str, container: str) -> Assignment | None:
@@ -146,6 +152,7 @@ class EngineState:
             providers=self.providers,
             exclusive_mask=mask,
             reuse_pod=self.reuse_pod if isinstance(reuse_pod, _Keep) else reuse_pod,
+            pod_hints=self.pod_hints,
         )
 
     def with_reusable_recomputed(self) -> EngineState:
@@ -171,12 +178,20 @@ class EngineState:
         if any(a.exclusive for a in records.values()):
             raise ValueError("with_shared takes shared records only")
         return EngineState(self.default_set, assignments, self.reusable, self.providers,
-                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod)
+                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod, pod_hints=self.pod_hints)
 
     def with_provider(self, name: str, value: Any) -> EngineState:
         """A copy with one resource manager's state replaced (CPU state shared, it is immutable)."""
         return EngineState(self.default_set, self.assignments, self.reusable, {**self.providers, name: value},
-                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod)
+                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod, pod_hints=self.pod_hints)
+
+    def with_pod_hint(self, pod: str, hint: TopologyHint | None) -> EngineState:
+        """A copy with the pod's hint set, or forgotten (None)."""
+        hints = {p: h for p, h in self.pod_hints.items() if p != pod}
+        if hint is not None:
+            hints[pod] = hint
+        return EngineState(self.default_set, self.assignments, self.reusable, self.providers,
+                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod, pod_hints=hints)
 
     # -- serialisation ---------------------------------------------------------------------------
     def hold(self, a: Assignment) -> EngineState:
@@ -190,6 +205,9 @@ class EngineState:
             "assignments": [a.to_dict() for _, a in sorted(self.assignments.items())],
             "reusable": {pod: str(cpus) for pod, cpus in sorted(self.reusable.items()) if cpus},
             **({"reuse_pod": self.reuse_pod} if self.reuse_pod is not None else {}),
+            **({"pod_hints": {pod: {"numa": None if h.affinity is None else nodes_of(h.affinity),
+                                    "preferred": h.preferred} for pod, h in sorted(self.pod_hints.items())}}
+               if self.pod_hints else {}),
             **({"providers": {k: v.to_json() if hasattr(v, "to_json") else v
                               for k, v in sorted(self.providers.items())}} if self.providers else {}),
         }
@@ -213,4 +231,14 @@ class EngineState:
             reusable=reusable,
             providers=dict(data.get("providers") or {}),
             reuse_pod=None if reuse_pod is None else str(reuse_pod),
+            pod_hints={str(pod): _hint_from_dict(h) for pod, h in (data.get("pod_hints") or {}).items()},
         )
+
+
+def _hint_from_dict(data: Any) -> TopologyHint:
+    if not isinstance(data, Mapping):
+        raise ValueError(f"pod hint must be an object like {{\"numa\": [0], \"preferred\": true}}, got {data!r}")
+    numa = data.get("numa")
+    if numa is not None and (not isinstance(numa, list) or not numa):
+        raise ValueError(f"pod hint numa must be a non-empty list of NUMA node ids or null, got {numa!r}")
+    return TopologyHint(None if numa is None else mask_of(numa), data.get("preferred", True))

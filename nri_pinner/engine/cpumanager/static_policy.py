@@ -80,6 +80,7 @@ def _take(topology: Topology, opts: StaticPolicyOptions, available: CPUSet, n: i
         distribute_cpus_across_numa=opts.distribute_cpus_across_numa,
         distribute_cpus_across_cores=opts.distribute_cpus_across_cores,
         prefer_align_by_uncore_cache=opts.prefer_align_cpus_by_uncorecache,
+        odd_smt_uncore=opts.odd_smt_partial_uncore,
     )
 
 
@@ -331,7 +332,10 @@ class StaticPolicy:
                 keep = keep | (cpus & (allowed - exclusive))
             if keep:
                 reusable[pod] = keep
-        return EngineState(default_set=default, assignments=fixed, reusable=reusable, reuse_pod=state.reuse_pod), msgs
+        pods = {a.pod for a in fixed.values()} if state.pod_hints else set()
+        hints = {pod: h for pod, h in state.pod_hints.items() if pod in pods}  # (kept with the pod's records)
+        return EngineState(default_set=default, assignments=fixed, reusable=reusable, reuse_pod=state.reuse_pod,
+                           pod_hints=hints), msgs
 
     def _default_set_diagnosis(self, state: EngineState, exclusive: CPUSet) -> list[str]:
         """The kubelet's validateState complaints about the stored shared pool, worded as it words them."""

@@ -61,6 +61,7 @@ def synchronize(core: NodeCore, event: Synchronize) -> Reply:
     node.told, node.via_reply, node.recorded = result.told, set(), result.recorded
     core.seeded.clear()
     core.waiting = result.waiting
+    core.quotas.reset()  # the first pass reads every exclusive pod's cgroup quota again
     note_unreadable(result, core.metrics)
     for message in result.repairs:
         log.warning("state repaired", repair=message)

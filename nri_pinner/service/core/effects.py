@@ -21,14 +21,25 @@ class PassItem:
 
 
 @dataclass(frozen=True)
+class PodQuotaItem:
+    """A pod cgroup whose CFS quota a pass removes (core/quotas.py)."""
+
+    pod_key: str
+    cgroup: str  # NRI's spelling: cgroupfs "/kubepods/pod<uid>", systemd "kubepods-pod<uid>.slice"
+    name: str  # "<namespace>/<pod>", for the logs
+
+
+@dataclass(frozen=True)
 class WriteCgroups:
     """One pass: write these cgroups in this order (narrowing first), tell systemd first; reply with
-    `CgroupsWritten(pass_id, ...)`. ``urgent``: a reply waits for it (run it at normal priority)."""
+    `CgroupsWritten(pass_id, ...)`. ``urgent``: a reply waits for it (run it at normal priority).
+    ``quotas``: pod cgroups to leave without a CFS quota, after the cpusets."""
 
     pass_id: int
     items: tuple[PassItem, ...]
     live: tuple[str, ...]  # cgroups paths of every started container (close the others' files)
     urgent: bool
+    quotas: tuple[PodQuotaItem, ...] = ()
 
 
 @dataclass(frozen=True)

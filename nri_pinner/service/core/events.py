@@ -96,9 +96,19 @@ class WriteResult:
 
 
 @dataclass(frozen=True)
+class PodQuotaResult:
+    pod_key: str
+    name: str
+    before: str = ""  # the quota the cgroup held, now removed ("" = it held none)
+    error: str = ""  # not written (the pod's quota stays)
+    untold: str = ""  # written, but systemd refused the slice's property (it would put the quota back)
+
+
+@dataclass(frozen=True)
 class CgroupsWritten:
     pass_id: int
     results: Sequence[WriteResult]
+    quotas: Sequence[PodQuotaResult] = ()
 
 
 @dataclass(frozen=True)

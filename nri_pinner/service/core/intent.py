@@ -19,6 +19,10 @@ invert what the kubelet wrote into the CRI request:
 - exact requests: pod annotation `nri-pinner.io/cpu.<name>` (README), else the container's entry in
   `noderesource.dev/resources` when it agrees with the cgroup values the kubelet derived from it,
   else the inference above.
+- pods with pod-level resources (`spec.resources`, KEP-2837): the kubelet's CPU and Memory Managers
+  skip them (v1.34-v1.36), so their containers get no exclusive CPUs or memory (``pod_level``, the
+  request read as 0). What one container's data proves is decided here (``pod_level_signal``);
+  what only its pod's other containers reveal, in pod_level.py.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ CPU_ANNOTATION = ANNOTATION_PREFIX + "cpu."  # + container name: "<request>[/<li
 EXCLUSIVE_ANNOTATION = ANNOTATION_PREFIX + "exclusive-cpus"
 INIT_ANNOTATION = ANNOTATION_PREFIX + "init-containers"  # "a,b"
 SIDECAR_ANNOTATION = ANNOTATION_PREFIX + "sidecar-containers"  # restartable init containers: "c"
+# "true": the pod sets spec.resources (pod-level resources); nothing the kubelet sends says so (README)
+POD_LEVEL_ANNOTATION = ANNOTATION_PREFIX + "pod-level-resources"
 # A plain-containerd client's per-container override ("init" | "container", README). Not a kubelet field:
 # the kubelet writes no container type (v1.32 kuberuntime/labels.go:96-147), whatever the key's prefix says.
 CONTAINER_TYPE_OVERRIDE = "io.kubernetes.container.type"
@@ -51,6 +57,7 @@ NODE_RESOURCES_ANNOTATION = "noderesource.dev/resources"
 
 MIN_SHARES = 2
 SHARES_PER_CPU = 1024
+MIN_QUOTA = 1000  # kubelet minQuotaPeriod (µs)
 
 
 class IntentError(ValueError):
@@ -75,6 +82,10 @@ class ContainerIntent:
     role: str = ""
     kubelet: bool = False  # a kubelet pod (kubepods cgroup parent): exited containers keep their CPUs
     note: str = ""  # a problem with data we do not own (noderesource.dev/resources): logged, not fatal
+    memory_limit: int = 0  # bytes (linux.resources.memory.limit), 0 = none: pod_level.py sums them
+    # why its pod is taken to use pod-level resources ("" = not known to): the kubelet's CPU and
+    # Memory Managers skip such a pod, so request_milli is 0 and no memory is asked (pod_level.py)
+    pod_level: str = ""
 
     @property
     def pod_key(self) -> str:
@@ -167,6 +178,7 @@ class NodeResourcesError(ValueError):
 class AnnotatedCPU:
     request_milli: int
     limit_milli: int  # 0: no limit
+    memory_limit: bool = True  # the container's spec has limits.memory
 
 
 @dataclass(frozen=True)
@@ -199,7 +211,7 @@ def _annotated_cpu(name: str, req: Any) -> AnnotatedCPU | NodeResourcesError:
         limit = _quantity(limits["cpu"], f"container {quoted(name)} limits.cpu") if "cpu" in limits else 0
         request = (_quantity(requests["cpu"], f"container {quoted(name)} requests.cpu") if "cpu" in requests
                    else limit)
-        return AnnotatedCPU(request, limit)
+        return AnnotatedCPU(request, limit, "memory" in limits)
     except NodeResourcesError as exc:
         return exc
 
@@ -268,14 +280,21 @@ def intent_from_nri(pod: Any, container: Any) -> ContainerIntent:
                 annotated, role = resources.app[name], "noderesource"
         except NodeResourcesError as exc:
             annotated = exc
+    memory_limit = _memory_limit(container)
+    pod_level = pod_level_signal(pod_ann, qos)
     if isinstance(annotated, NodeResourcesError):
         note = f"{annotated}; CPU request/limit inferred from the cgroup values"
+    elif annotated is not None and kubelet and _inherits_pod_limits(cpu, memory_limit, annotated):
+        pod_level = pod_level or "noderesource"  # the cgroup values are the kubelet's from spec.resources
     elif annotated is not None:
         why = _agrees(cpu, annotated)
         if why:
             note = f"{NODE_RESOURCES_ANNOTATION} for container {quoted(name)}: {why}; using the cgroup values"
         else:
             request, limit, source = annotated.request_milli, annotated.limit_milli, "noderesource"
+    if qos == GUARANTEED and not pod_level and (
+            request != limit if source == "noderesource" and limit else _request_below_limit(cpu)):
+        pod_level = "request-below-limit"
     if qos == GUARANTEED and limit == 0:
         # Guaranteed means limit == request; the quota may be off (DisableCPUQuotaWithExclusiveCPUs)
         limit = request
@@ -309,8 +328,45 @@ def intent_from_nri(pod: Any, container: Any) -> ContainerIntent:
     inits = _names(pod_ann, INIT_ANNOTATION) | sidecars
     if name in inits:
         init, role = True, "annotation"
+    if source == "exclusive-annotation":  # a plain-containerd client asked for exclusive CPUs itself
+        pod_level = ""
     return ContainerIntent(
         pod_uid=pod.uid, pod_name=pod.name, namespace=pod.namespace, container=name,
-        container_id=container.id, qos=qos, request_milli=request, limit_milli=limit,
+        container_id=container.id, qos=qos, request_milli=0 if pod_level else request, limit_milli=limit,
         init=init, restartable=name in sidecars, source=source, role=role, kubelet=kubelet, note=note,
+        memory_limit=memory_limit, pod_level=pod_level,
     )
+
+
+def pod_level_signal(annotations: Any, qos: QoS) -> str:
+    """``"annotation"`` when the pod says it uses pod-level resources (POD_LEVEL_ANNOTATION), else "".
+    Only a kubelet pod can (the kubelet's managers are what skip it); any value but "true" is refused."""
+    text = annotations.get(POD_LEVEL_ANNOTATION)
+    if text is None or qos == UNMANAGED:
+        return ""
+    if text.strip().lower() != "true":
+        raise IntentError(f"annotation {POD_LEVEL_ANNOTATION}={quoted(text)}: the only value is \"true\"")
+    return "annotation"
+
+
+def _memory_limit(container: Any) -> int:
+    mem = container.linux.resources.memory
+    return max(0, int(mem.limit.value)) if mem.HasField("limit") else 0
+
+
+def _inherits_pod_limits(cpu: Any, memory_limit: int, annotated: AnnotatedCPU) -> bool:
+    """The kubelet gave the container a limit its spec (as the resource annotator copied it) does not
+    have: only spec.resources' can be (kubelet v1.32.10 kuberuntime_container_linux.go:100-125
+    getCPULimit / getMemoryLimit; unchanged through v1.36)."""
+    return (annotated.limit_milli == 0 and _opt(cpu, "quota") > 0) or (not annotated.memory_limit and memory_limit > 0)
+
+
+def _request_below_limit(cpu: Any) -> bool:
+    """CPU request (shares) other than the limit (quota) in a Guaranteed pod: without pod-level
+    resources every container of one has request = limit (qos.go ComputePodQOS). One millicore of
+    slack either way: another CFS period rounds the quota; the 1 ms minimum quota tells nothing."""
+    quota, period = _opt(cpu, "quota"), _opt(cpu, "period")
+    if quota <= MIN_QUOTA or period <= 0 or not cpu.HasField("shares"):
+        return False
+    limit = quota_to_milli(quota, period)
+    return not milli_to_shares(max(limit - 1, 0)) <= int(cpu.shares.value) <= milli_to_shares(limit + 1)

@@ -16,6 +16,7 @@ from ...engine.cpumanager.static_policy import guaranteed_cpus
 from ...engine.qos import QoS
 from ...nri.gen import api_pb2 as api
 from ...nri.handlers import CpusetUpdate, CreateReply, UpdatesReply
+from . import pod_level
 from .effects import Refusal
 from .events import CreateContainer, RemoveContainer, RemovePodSandbox, StartContainer, StopContainer, StopPodSandbox
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
@@ -50,13 +51,14 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
         log.warning("noderesource.dev/resources not used", pod=f"{req.pod.namespace}/{req.pod.name}",
                     container=intent.container, error=intent.note)
     intent = role_at_create(node, intent)
+    intent = pod_level.settle(node, intent, req.pod)  # spec.resources: the kubelet's managers skip the pod
     mark_sidecars(node, intent.pod_key, intent.init)
     extras = dict(event.extras)
-    if intent.qos != GUARANTEED:
+    if intent.qos != GUARANTEED or intent.pod_level:
         extras.pop("memory", None)
     request = AdmissionRequest(intent.pod_key, intent.container, intent.qos, intent.request_milli,
                                intent.limit_milli, init=intent.init, restartable=intent.restartable,
-                               pod_exclusive_cpus=_pod_cpus(core, req.pod), **extras)
+                               pod_exclusive_cpus=None if intent.pod_level else _pod_cpus(core, req.pod), **extras)
     state, decision = node.engine.admit(node.state, request)
     m.count_providers(decision)
     m.pinning_requests.inc()
@@ -76,7 +78,8 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     node.state = state
     for old in node.containers.with_key((intent.pod_key, intent.container)):
         node.drop(old.container_id)  # a restarted container replaces the old record
-    t = Tracked(intent.container_id, req.container.pod_sandbox_id, intent, req.container.linux.cgroups_path)
+    t = Tracked(intent.container_id, req.container.pod_sandbox_id, intent, req.container.linux.cgroups_path,
+                cfs_quota=int(req.container.linux.resources.cpu.quota.value))
     node.containers[t.container_id] = t
     cpus, mems = node.desired(t)
     node.told[t.container_id] = node.recorded[t.container_id] = (cpus, mems)
@@ -84,11 +87,13 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     node.record(decision, intent, outcome)
     core.commit()
     t.start_after = node.generation
+    quota = core.quotas.container_quota(t)  # exclusive: no CFS quota (core/quotas.py)
     log.info("container pinned" if decision.exclusive else "container on shared pool",
              pod=f"{intent.namespace}/{intent.pod_name}", container=intent.container, qos=intent.qos,
              cpus=str(cpus), mems=mems_text(mems), exclusive=decision.exclusive, outcome=outcome,
-             shared_updates=len(updates), reason=intent.source)
-    return CreateReply(str(cpus), mems_text(mems), updates)
+             shared_updates=len(updates), reason=intent.source,
+             **({"cfs_quota": f"{t.cfs_quota} -> unlimited"} if quota is not None else {}))
+    return CreateReply(str(cpus), mems_text(mems), updates, quota)
 
 
 def start(core: NodeCore, event: StartContainer) -> Reply:

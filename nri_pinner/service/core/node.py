@@ -21,7 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ...engine.admission import Engine
-from . import connection, lifecycle, repairs, resizing
+from . import connection, lifecycle, quotas, repairs, resizing
 from .checkpoint import Snapshot, checkpoint_entries, memory_entries
 from .effects import Effect, ListPodResources, Park, Refusal, Resolve, SettleWhenIdle, WriteCheckpoint
 from .events import (
@@ -82,6 +82,7 @@ class NodeCore:
         self.passes = PassBook(self)
         self.records = RecordSync(self, settings.reconcile.runtime_record_quiet_seconds)
         self.drift_batches: list[repairs.DriftBatch] = []  # drift repairs a pass is writing
+        self.quotas = quotas.QuotaBook(self)  # pods' cgroups left without a CFS quota
         self.effects: list[Effect] = []  # of the event being handled
         self.node.publish()
 
@@ -130,6 +131,9 @@ class NodeCore:
                     return self.records.timer()
                 if event.name == RECORDS_RETRY_TIMER:
                     return self.records.retry()
+                if event.name in (quotas.CHECK_TIMER, quotas.RESIZE_TIMER):
+                    self.quotas.timer(event.name)
+                    return None
                 return self.passes.timer(event.name)
             case AwaitPass():
                 if not self.cgroup_writes:

@@ -7,7 +7,8 @@ pool only grew since the last pass (no shared container loses a CPU: never urgen
 flight at a time; a reply that must wait for one (an exclusive container's start, a grown resize,
 Synchronize) has it dispatched at once, as urgent, and is answered when it comes back, or at
 `wait_seconds` with a warning (README "Pool changes"). The writes happen at the edge
-(`service/cgroup_passes.py`); their results come back as `CgroupsWritten`.
+(`service/cgroup_passes.py`); their results come back as `CgroupsWritten`. A pass also takes the pod
+cgroups whose CFS quota is due to be removed (core/quotas.py), written after its cpusets.
 """
 
 from __future__ import annotations
@@ -155,7 +156,8 @@ class PassBook:
                 known = told.get(t.container_id)
                 if known != (cpus, mems):
                     work.append(PassItem(t.container_id, t.cgroups_path, cpus, mems, known))
-        if not work:  # nothing to write: this pass is over before it began
+        quotas = self.core.quotas.due()
+        if not work and not quotas:  # nothing to write: this pass is over before it began
             self._finished(generation, pool)
             return
         # narrowing writes first, the shared pool's before the others (a resize: README "Resize")
@@ -163,7 +165,7 @@ class PassBook:
         pass_id = self.new_token()
         urgent = urgent or bool(self.waiters)
         self.in_flight = _InFlight(pass_id, generation, pool, urgent)
-        self.core.effects.append(WriteCgroups(pass_id, tuple(work), tuple(live), urgent))
+        self.core.effects.append(WriteCgroups(pass_id, tuple(work), tuple(live), urgent, quotas))
 
     def written(self, event: CgroupsWritten) -> Reply:
         flight = self.in_flight
@@ -186,6 +188,7 @@ class PassBook:
             else:  # what the cgroup holds now; a newer desired set is the next pass's
                 node.told[r.container_id] = (r.cpus, r.mems)
         self.in_flight = None
+        self.core.quotas.written(event.quotas)
         failed = any(r.error or r.untold for r in event.results)
         self._finished(flight.generation, None if failed else flight.pool, event)
         if self.wanted > self.done:

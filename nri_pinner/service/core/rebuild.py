@@ -19,6 +19,7 @@ from ...engine.cpumanager.static_policy import guaranteed_cpus
 from ...engine.cpuset import EMPTY, CPUSet, CPUSetError
 from ...engine.qos import QoS
 from ...nri.gen import api_pb2 as api
+from . import pod_level
 from .checkpoint import restore_memory
 from .intent import GUARANTEED, UNMANAGED, ContainerIntent, intent_from_nri, qos_from_cgroup_parent
 from .records import Mems, NodeState, Told, Tracked
@@ -126,9 +127,16 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
     shared: dict[tuple[str, str], Assignment] = {}
     # Containers the previous state knew go first, so they keep their CPUs; exited ones last (a running
     # container of the same name replaced them; their CPUs may be reused by their pod's running ones).
-    for c in sorted(active, key=lambda c: (c.state == api.CONTAINER_STOPPED, c.id not in prior, c.id)):
+    order = sorted(active, key=lambda c: (c.state == api.CONTAINER_STOPPED, c.id not in prior, c.id))
+    intents = {c.id: _intent(pods_by_id[c.pod_sandbox_id], c, out.unreadable) for c in order}
+    # pods with pod-level resources, seen from all their containers at once (pod_level.py)
+    pod_levels = pod_level.of_listing(pods_by_id, {
+        c.id: (c.pod_sandbox_id, intents[c.id], c.state == api.CONTAINER_STOPPED) for c in order})
+    for c in order:
         pod = pods_by_id[c.pod_sandbox_id]
-        intent = _intent(pod, c, out.unreadable)
+        intent = intents[c.id]
+        if c.pod_sandbox_id in pod_levels and intent.kubelet and intent.qos == GUARANTEED:
+            intent = pod_level.as_pod_level(intent, pod_levels[c.pod_sandbox_id])
         actual, mems = CPUSet(), _mems(c.linux.resources.cpu.mems)
         stopped = c.state == api.CONTAINER_STOPPED
         try:
@@ -143,7 +151,7 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             if entry is not None and entry.get("restartable") and intent.init:
                 intent = replace(intent, restartable=True)  # found running as a sidecar before the restart
             key = intent_key(intent)
-            if entry is not None and entry.get("memory_blocks"):
+            if entry is not None and entry.get("memory_blocks") and not intent.pod_level:
                 state = restore_memory(engine, state, key, entry, repairs)
             if stopped:
                 if key in shared:
@@ -170,7 +178,8 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             placed, _ = engine.admit(state, AdmissionRequest(intent.pod_key, intent.container, QoS.BEST_EFFORT))
         state = placed
         tracked[c.id] = Tracked(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,
-                                started=c.state == api.CONTAINER_RUNNING, stopped=stopped, exit_code=c.exit_code)
+                                started=c.state == api.CONTAINER_RUNNING, stopped=stopped, exit_code=c.exit_code,
+                                cfs_quota=int(c.linux.resources.cpu.quota.value))
         if actual:
             out.told[c.id] = (actual, mems)
         if c.linux.resources.cpu.cpus:

@@ -33,12 +33,16 @@ class Tracked:
     cgroups_path: str = ""
     stopped: bool = False
     exit_code: int = 0  # at its stop (NRI v0.10+ runtimes report it; older ones always say 0)
-    started: bool = False  # StartContainer seen (or running at Synchronize): it has a cgroup to write
+    # StartContainer seen (or running at Synchronize): it has a cgroup to write and to check for drift
+    started: bool = False
     hints: dict[str, Any] = field(default_factory=dict)  # merged hint + each provider's, from admission
     last_resize: dict[str, Any] | None = None  # the newest in-place resize's result (status), replaced whole
     # the generation of the change that gave this container its CPUs (create, a resize before start):
     # its StartContainer waits for a pass begun there or later (0: the newest generation)
     start_after: int = 0
+    # its CFS quota (µs) as the runtime last reported it: the create's, an adoption's (Synchronize), the
+    # newest resize's; 0 = none (the kubelet's cpuCFSQuota: false), -1 = unlimited (core/quotas.py)
+    cfs_quota: int = 0
 
     @property
     def key(self) -> tuple[str, str]:

@@ -1,8 +1,16 @@
 """Drift repair and CPU hotplug in the core. The reconcile edge (`service/reconcile.py`) reads the
-cgroups the core names (`probes`), the core decides each drift's repair (`drifts`): a started
-container's cgroup is rewritten by a pass (the same ordered writes as every pool change, never
-beside one), anything else goes through the runtime — which the edge sends and reports back
-(`runtime_repaired`). A hotplug rebuilds the engine at the edge; the core moves the state onto it."""
+cgroups the core names (`probes`), the core decides each drift's repair (`drifts`): the cgroup is
+rewritten by a pass (the same ordered writes as every pool change, never beside one), or, with
+cgroup writes off, the repair goes through the runtime — which the edge sends and reports back
+(`runtime_repaired`). A hotplug rebuilds the engine at the edge; the core moves the state onto it.
+
+Only started containers are checked (`Tracked.started`: StartContainer seen, or running at
+Synchronize). Before its start a container's cgroup is runc's, mid-making: containerd runs runc
+create inside CRI StartContainer, before it tells plugins, and under the systemd driver the scope
+can exist with an empty cgroup-v2 `cpuset.cpus` until runc writes it. What the create's reply (or a
+later reply) gave it is what runc writes; its start wants a pass if that is stale (lifecycle.start).
+Decided by the lifecycle, never by the value read: a started container's empty `cpuset.cpus`
+inherits its parent's CPUs, and that is drift."""
 
 from __future__ import annotations
 
@@ -50,8 +58,9 @@ class DriftBatch:
 
 
 def probes(core: NodeCore) -> Reply:
+    """The cgroups to read: those of the started containers (module doc)."""
     return [DriftProbe(t.container_id, t.key[1], t.cgroups_path)
-            for t in core.node.containers.values() if not t.stopped and t.cgroups_path]
+            for t in core.node.containers.values() if t.started and not t.stopped and t.cgroups_path]
 
 
 def drifts(core: NodeCore, event: CpusetsRead) -> Reply:
@@ -61,13 +70,15 @@ def drifts(core: NodeCore, event: CpusetsRead) -> Reply:
     batch = DriftBatch(0)
     for cid, actual in event.actual.items():
         t = node.containers.get(cid)
-        if t is None or t.stopped:
+        # whatever the edge read: a container not started (a Synchronize since the probe may have
+        # replaced its record) is no drift (module doc)
+        if t is None or t.stopped or not t.started:
             continue
         desired, mems = node.desired(t)
         if actual == desired:
             continue
         d = Drift(cid, t.key[1], actual, desired, mems, node.generation)
-        if core.cgroup_writes and t.started:
+        if core.cgroup_writes:
             node.told.pop(cid, None)  # unknown: the next pass writes it
             batch.pending[cid] = d
         else:

@@ -8,13 +8,33 @@ container. Without cgroup writes (`cgroup_writes = false`) every change travels 
 
 from __future__ import annotations
 
+from ...engine.cpumanager.state import EngineState
 from ...engine.cpuset import CPUSet
 from ...nri.handlers import CpusetUpdate
-from .records import Mems, NodeState, mems_text
+from .records import Mems, NodeState, Tracked, View, desired_of, mems_text
+
+UNLIMITED = -1  # a CFS quota of -1: runc writes cpu.cfs_quota_us -1 (v1) / cpu.max "max <period>" (v2)
 
 
-def cpu_update(container_id: str, cpus: CPUSet, mems: Mems) -> CpusetUpdate:
-    return CpusetUpdate(container_id, str(cpus), mems_text(mems))
+def cpu_update(container_id: str, cpus: CPUSet, mems: Mems, quota: int | None = None) -> CpusetUpdate:
+    return CpusetUpdate(container_id, str(cpus), mems_text(mems), cpu_quota=quota)
+
+
+def update_quota(enabled: bool, state: EngineState, t: Tracked) -> int | None:
+    """The CPU quota an update (or the create's adjustment) of `t` carries: none while it holds exclusive
+    CPUs and has a quota (`cpu_manager.disable_cpu_quota_with_exclusive_cpus`, core/quotas.py); None
+    leaves the kubelet's. A pure rule of the state: the over-budget fallback reads a published view."""
+    if not enabled or not t.cfs_quota:
+        return None
+    a = state.get(*t.key)
+    return UNLIMITED if a is not None and a.exclusive else None
+
+
+def view_update(view: View, t: Tracked, quota_off: bool) -> CpusetUpdate:
+    """`t`'s update from a published view (the over-budget fallback, on the wire loop: no lock)."""
+    engine = view.engine
+    cpus, mems = desired_of(engine, view.state, view.shared_pool, t.key, engine.mems_of)
+    return cpu_update(t.container_id, cpus, mems, update_quota(quota_off, view.state, t))
 
 
 def reply_updates(node: NodeState, cgroup_writes: bool, exclude: str = "") -> list[CpusetUpdate]:

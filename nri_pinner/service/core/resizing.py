@@ -88,9 +88,13 @@ def update_container(core: NodeCore, event: UpdateContainer) -> Reply:
             log.warning("cpuset changed through CRI by someone else; restoring", container=t.key[1],
                         asked=cpu.cpus, desired=str(desired))
         return _reply(core, t, False)
+    # the kubelet wrote the pod cgroup's quota before this update (doPodResizeAction): remove it again
+    core.quotas.kubelet_resized(t.key[0])
     outcome = _resize(core, t, event)
     if isinstance(outcome, Refusal):
-        return outcome
+        return outcome  # runc update does not run: the container keeps its quota too
+    if cpu.quota.value:  # the kubelet's new quota (limit x period): a reply leaves it unless exclusive
+        t.cfs_quota = int(cpu.quota.value)
     if outcome:
         return core.park_until_pass(outcome, lambda late: _reply(core, t, True), "UpdateContainer")
     return _reply(core, t, True)
@@ -102,7 +106,8 @@ def update_pod_sandbox(core: NodeCore, event: UpdatePodSandbox) -> Reply:
     The CPUs move in the containers' own UpdateContainer calls, which the kubelet sends after
     this one. In pod scope the pod's exclusive total is what the topology manager aligned, so
     a grow the node cannot give is reported here, before its container updates are refused.
-    The reply has no fields to adjust; this call never fails.
+    The reply has no fields to adjust; this call never fails. The kubelet has written the pod
+    cgroup's quota: a pod with exclusive CPUs has it removed again (core/quotas.py).
     """
     node, req = core.node, event.req
     pod_key = req.pod.uid or req.pod.name
@@ -111,6 +116,7 @@ def update_pod_sandbox(core: NodeCore, event: UpdatePodSandbox) -> Reply:
     held = sum(len(a.current) for a in node.state.pod_assignments(pod_key) if a.exclusive)
     free = len(node.engine.policy.available_for_exclusive(node.state))
     fits = not wanted or wanted - held <= free
+    core.quotas.kubelet_resized(pod_key)  # its pod cgroup's quota is the kubelet's again
     fields = {"pod": f"{req.pod.namespace}/{req.pod.name}", "cpu_limit_milli": limit,
               "pod_exclusive_cpus": held, "wanted": wanted or None, "free": free}
     if fits:
@@ -177,7 +183,9 @@ def _reply(core: NodeCore, t: Tracked, resized: bool) -> Reply:
     if not (resized and t.started and core.cgroup_writes):
         node.told[t.container_id] = (desired, mems)
     node.recorded[t.container_id] = (desired, mems)  # the runtime stores the set it applies
-    return UpdatesReply((cpu_update(t.container_id, desired, mems), *pending_updates(core, exclude=t.container_id)))
+    # an exclusive container's update removes its quota again (the kubelet's request carries one)
+    mine = cpu_update(t.container_id, desired, mems, core.quotas.container_quota(t))
+    return UpdatesReply((mine, *pending_updates(core, exclude=t.container_id)))
 
 
 def _resize(core: NodeCore, t: Tracked, event: UpdateContainer) -> int | Refusal:
@@ -186,6 +194,11 @@ def _resize(core: NodeCore, t: Tracked, event: UpdateContainer) -> int | Refusal
     started = time.perf_counter()
     request, limit = requested(t, req.linux_resources)
     before = node.desired(t)[0]
+    if t.intent.pod_level:  # the kubelet's managers skip such a pod at a resize too (pod_level.py)
+        t.intent = replace(t.intent, limit_milli=limit)
+        _note(core, t, "pod-level", "", before, before, request, limit,
+              "its pod uses pod-level resources: no exclusive CPUs; resize keeps the shared pool")
+        return 0
     if t.intent.source != "cgroup":  # the pod's annotation fixes the CPUs; the kubelet's values do not
         _note(core, t, "annotation", "", before, before, request, limit,
               "CPUs come from a nri-pinner.io annotation; resize keeps them")

@@ -1,0 +1,161 @@
+"""Pods with pod-level resources (KEP-2837, `spec.resources`) at the core: no container of one gets
+exclusive CPUs or memory, as the kubelet of v1.34-v1.36 (its static CPU policy and Memory Manager skip
+the pod: kubernetes#133279). Every message is what the kubelet model builds (tests/e2e/kubelet_pod.py,
+each field from the kubelet's source) converted as containerd converts it (testkit/pod_builders.py
+``nri_pod_from_cri`` / ``nri_container_from_cri``), through protobuf bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core_harness import Edge, create, make_core
+
+from nri_pinner.nri.gen import api_pb2 as api
+from nri_pinner.nri.handlers import CreateReply
+from nri_pinner.service.core import events as ev
+from testkit.pod_builders import nri_container_from_cri, nri_pod_from_cri, resize_request
+from tests.e2e import kubelet_model as km
+from tests.e2e import kubelet_pod as kp
+
+GiB = 1 << 30
+NODE = km.Node(memory_capacity=64 * GiB)
+IMAGE = kp.Image("sha256:" + "0" * 64)
+POD_4 = km.PodLevel(cpu_milli_request=4000, cpu_milli_limit=4000, memory_request=4 * GiB, memory_limit=4 * GiB)
+
+
+def whole(cpus: int) -> km.ContainerResources:
+    return km.ContainerResources(cpus * 1000, cpus * 1000, GiB, GiB)
+
+
+def messages(pod: kp.Pod) -> tuple[api.PodSandbox, dict[str, api.Container]]:
+    """The sandbox and each container as NRI carries them from the kubelet's requests."""
+    sandbox = nri_pod_from_cri(kp.sandbox_config(pod, NODE), f"sb-{pod.name}")
+    return sandbox, {c.name: nri_container_from_cri(kp.container_config(pod, c.name, NODE, IMAGE), sandbox,
+                                                    f"{pod.name}-{c.name}")
+                     for c in pod.init_containers + pod.containers}
+
+
+def exclusive_ids(e: Edge) -> set[str]:
+    return {cid for cid, a in e.assignments().items() if a["exclusive"]}
+
+
+def test_guaranteed_pod_with_pod_level_resources_gets_no_exclusive_cpus() -> None:
+    """spec.resources 4 CPUs / 4 GiB (Guaranteed); two containers without resources of their own (each
+    is given the pod's limit as quota and shares) and one with its own whole 2 CPUs. The kubelet gives
+    none of them exclusive CPUs; nri-pinner pinned each, 10 CPUs for a pod of 4."""
+    pod = kp.Pod("plr", "default", "uid-plr", (kp.Container("a"), kp.Container("b"), kp.Container("own", whole(2))),
+                 resources=POD_4)
+    assert pod.qos is km.QOSClass.GUARANTEED
+    sandbox, c = messages(pod)
+    e = make_core()
+    everything = e.pool
+    for name in ("a", "b", "own"):  # the kubelet's order: create, start, then the next
+        e.run(sandbox, c[name])
+    assert exclusive_ids(e) == set()
+    assert e.pool == everything
+    rows = e.assignments()
+    assert {rows[c[n].id]["cpus"] for n in ("a", "b", "own")} == {str(everything)}
+    assert rows[c["own"].id]["pod_level_resources"] == "pod-cpu-limit-exceeded"
+
+
+def test_the_first_container_looks_like_an_ordinary_pods_until_a_sibling_shows_the_pod() -> None:
+    """Where the runtime cannot tell: the first container, given the pod's whole limit, is exactly a
+    one-container Guaranteed pod of 4 CPUs (same sandbox resources, same container resources). It is
+    pinned; the second one's create shows the pod (8 CPUs of limits in a pod of 4), and the first one
+    goes to the shared pool then."""
+    pod = kp.Pod("plr", "default", "uid-plr", (kp.Container("a"), kp.Container("b")), resources=POD_4)
+    four = km.ContainerResources(4000, 4000, 4 * GiB, 4 * GiB)
+    ordinary = kp.Pod("one", "default", "uid-one", (kp.Container("a", four),))
+    sandbox, c = messages(pod)
+    other_sandbox, other = messages(ordinary)
+    assert sandbox.linux.pod_resources == other_sandbox.linux.pod_resources
+    assert c["a"].linux.resources == other["a"].linux.resources
+
+    e = make_core()
+    everything = e.pool
+    assert len(e.run(sandbox, c["a"])) == 4
+    reply = e.handle(create(sandbox, c["b"])).reply
+    assert isinstance(reply, CreateReply) and reply.cpus == str(everything)
+    assert exclusive_ids(e) == set()
+    e.settle()  # a has started: the cgroup pass widens it, as any pool change (reply_updates.py)
+    assert e.cgroups[c["a"].id] == everything
+
+
+def test_containers_with_their_own_limits_that_fit_cannot_be_told_without_the_annotation() -> None:
+    """Two containers of 2 whole CPUs each in a pod of 4: the same requests as an ordinary pod's, so
+    they are pinned (the kubelet pins none); the pod annotation says what the requests cannot."""
+    spec = (kp.Container("x", whole(2)), kp.Container("y", whole(2)))
+    pod = kp.Pod("fit", "default", "uid-fit", spec, resources=POD_4)
+    sandbox, c = messages(pod)
+    e = make_core()
+    for name in ("x", "y"):
+        e.run(sandbox, c[name])
+    assert exclusive_ids(e) == {c["x"].id, c["y"].id}
+
+    told = kp.Pod("told", "default", "uid-told", spec, resources=POD_4,
+                  annotations={"nri-pinner.io/pod-level-resources": "true"})
+    sandbox, c = messages(told)
+    e = make_core()
+    for name in ("x", "y"):
+        e.run(sandbox, c[name])
+    assert exclusive_ids(e) == set()
+
+
+def test_a_request_below_its_limit_in_a_guaranteed_pod_shows_the_pod_at_once() -> None:
+    """Only spec.resources make a Guaranteed pod of a container whose request is below its limit:
+    its sibling with its own whole CPUs is not pinned either."""
+    pod = kp.Pod("half", "default", "uid-half",
+                 (kp.Container("low", km.ContainerResources(1000, 2000, GiB, GiB)), kp.Container("own", whole(2))),
+                 resources=POD_4)
+    assert pod.qos is km.QOSClass.GUARANTEED
+    sandbox, c = messages(pod)
+    e = make_core()
+    for name in ("low", "own"):
+        e.run(sandbox, c[name])
+    assert exclusive_ids(e) == set()
+    assert e.assignments()[c["own"].id]["pod_level_resources"] == "request-below-limit"
+
+
+def test_an_ordinary_guaranteed_pod_with_an_init_container_is_pinned_as_before() -> None:
+    """No pod-level resources: an init container as large as the pod and two app containers that
+    fill it. The init container has stopped when the apps are created (containerd delivers NRI
+    StopContainer from its exit handler, before the kubelet can see the exit), so nothing adds up
+    past the sandbox's limit."""
+    pod = kp.Pod("plain", "default", "uid-plain", (kp.Container("a", whole(2)), kp.Container("b", whole(2))),
+                 init_containers=(kp.Container("init", whole(4)),))
+    sandbox, c = messages(pod)
+    e = make_core()
+    e.run(sandbox, c["init"])
+    e.handle(ev.StopContainer(c["init"].id))
+    for name in ("a", "b"):
+        e.run(sandbox, c[name])
+    assert {c["a"].id, c["b"].id} <= exclusive_ids(e)
+
+
+def test_synchronize_sees_the_pod_from_all_its_containers() -> None:
+    """A restarted plugin: the runtime lists the pod's containers at once."""
+    pod = kp.Pod("plr", "default", "uid-plr", (kp.Container("a"), kp.Container("b")), resources=POD_4)
+    sandbox, c = messages(pod)
+    running: Sequence[api.Container] = [_running(c["a"]), _running(c["b"])]
+    e = make_core(synchronized=False)
+    e.sync([sandbox], running)
+    assert exclusive_ids(e) == set()
+
+
+def test_a_resize_keeps_a_pod_level_container_on_the_shared_pool() -> None:
+    pod = kp.Pod("plr", "default", "uid-plr", (kp.Container("a"), kp.Container("b")), resources=POD_4)
+    sandbox, c = messages(pod)
+    e = make_core()
+    for name in ("a", "b"):
+        e.run(sandbox, c[name])
+    e.handle(ev.UpdateContainer(resize_request(c["b"], sandbox, 2000)))
+    e.settle()
+    assert exclusive_ids(e) == set()
+
+
+def _running(c: api.Container) -> api.Container:
+    out = api.Container()
+    out.CopyFrom(c)
+    out.state = api.CONTAINER_RUNNING
+    return out

@@ -1,0 +1,120 @@
+"""No CFS quota on a pinned container and its pod (README "Configuration reference":
+`cpu_manager.disable_cpu_quota_with_exclusive_cpus`), on real containerd 1.7 and 2.1, runc and cgroups.
+
+The pod is built as the kubelet v1.33+ builds it under `cpuManagerPolicy: none` (its own quota gate sees
+no exclusive CPUs there): the pod cgroup created first with the sum of the limits as its quota
+(pod_container_manager_linux.go EnsureExists → helpers_linux.go ResourceConfigForPod), then the sandbox
+and two containers with their limit x period: "app" (1 CPU, pinned by nri-pinner, kept busy by more
+runnable threads than it has CPUs) and "side" (500m, on the shared pool). Then the kubelet's in-place
+resize of "side" (doPodResizeAction): the pod cgroup's quota first, the container's update after.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from . import host_cleanup as hc
+from . import kubelet_pod as kp
+from . import node_env
+from .harness import PrivateContainerd
+from .pinner import start_pinner, wait_for
+from .pods import WORKLOAD, remove_pod, resources_for, start_pod
+
+PERIOD = 100_000
+BUSY_SECONDS = 3.0
+# three runnable threads on the one exclusive CPU; pid 1 answers TERM (the rest die with its namespace)
+BUSY = ("sh", "-c", "trap 'exit 0' TERM; for i in 1 2 3; do (while :; do :; done) & done; sleep 2147483647 & wait")
+
+
+def _cpu_dir(relative: str) -> Path:
+    """A cgroup in the cpu controller's hierarchy: v1 <root>/cpu/<path>, v2 <root>/<path>."""
+    v1 = hc.CGROUP_ROOT / "cpu"
+    return (v1 if v1.is_dir() else hc.CGROUP_ROOT) / relative.strip("/")
+
+
+def _quota(d: Path) -> int:
+    """cpu.cfs_quota_us (v1), or the first field of cpu.max (v2: "max" = -1)."""
+    if (d / "cpu.cfs_quota_us").exists():
+        return int((d / "cpu.cfs_quota_us").read_text())
+    field = (d / "cpu.max").read_text().split()[0]
+    return -1 if field == "max" else int(field)
+
+
+def _set_quota(d: Path, quota: int) -> None:
+    """What the kubelet's cgroup manager writes for a pod with a CPU limit (runc fs / fs2)."""
+    if (d / "cpu.cfs_quota_us").exists():
+        (d / "cpu.cfs_period_us").write_text(str(PERIOD))
+        (d / "cpu.cfs_quota_us").write_text(str(quota))
+    else:
+        (d / "cpu.max").write_text(f"{quota} {PERIOD}")
+
+
+def _usage_seconds(runtime: PrivateContainerd, cid: str) -> float:
+    """CPU time the container used: v1 cpuacct.usage (ns; its own hierarchy or beside cpu), v2 usage_usec."""
+    v1 = runtime.cgroup_dir(cid, "cpuacct") / "cpuacct.usage"
+    if v1.exists():
+        return int(v1.read_text()) / 1e9
+    for line in (runtime.cgroup_dir(cid, "cpu") / "cpu.stat").read_text().splitlines():
+        if line.startswith("usage_usec "):
+            return int(line.split()[1]) / 1e6
+    raise AssertionError(f"no CPU usage for {cid[:12]}")
+
+
+def _throttled(d: Path) -> int:
+    for line in (d / "cpu.stat").read_text().splitlines():
+        if line.startswith("nr_throttled "):
+            return int(line.split()[1])
+    raise AssertionError(f"no nr_throttled in {d}/cpu.stat")
+
+
+def test_a_busy_pinned_container_and_its_pod_run_without_a_quota(containerd: PrivateContainerd) -> None:
+    if node_env.SYSTEMD:
+        pytest.skip("the kubelet's pod slice (systemd driver) is not built by this test: its slice call is "
+                    "tested against a stand-in bus (tests/service/test_pod_quota.py)")
+    pinner = start_pinner(containerd)
+    uid = str(uuid.uuid4())
+    spec = kp.Pod(f"quota-{uid[:8]}", "default", uid, containers=(
+        kp.Container("app", resources_for("guaranteed", 1000, 1000, None, None), command=BUSY),
+        kp.Container("side", resources_for("guaranteed", 500, 500, None, None), command=WORKLOAD)))
+    pod_quota = 1500 * PERIOD // 1000  # ResourceConfigForPod: the sum of the limits x period
+
+    def ensure_exists(parent: str) -> None:  # the kubelet's pod cgroup, before RunPodSandbox
+        containerd.record_pod_cgroup(parent)
+        d = _cpu_dir(parent)
+        d.mkdir(parents=True, exist_ok=True)
+        _set_quota(d, pod_quota)
+
+    pod = start_pod(containerd.cri, containerd.pods_dir, ensure_exists, spec)
+    try:
+        app, side = pod.containers["app"], pod.containers["side"]
+        pod_dir = _cpu_dir(pod.cgroup_parent)
+        app_dir, side_dir = containerd.cgroup_dir(app, "cpu"), containerd.cgroup_dir(side, "cpu")
+        assert pinner.assignment(app)["exclusive"] is True and pinner.assignment(side)["exclusive"] is False
+        assert containerd.cpus_allowed_list(app) == pinner.assignment(app)["cpus"]
+        before = {"app": _throttled(app_dir), "pod": _throttled(pod_dir)}
+        used = _usage_seconds(containerd, app)
+        time.sleep(BUSY_SECONDS)
+        quotas = {"app": _quota(app_dir), "pod": _quota(pod_dir), "side": _quota(side_dir)}
+        throttled = {"app": _throttled(app_dir) - before["app"], "pod": _throttled(pod_dir) - before["pod"]}
+        used = _usage_seconds(containerd, app) - used
+        print(f"\ne2e: containerd {containerd.version}: busy pinned container (3 threads on CPU "
+              f"{pinner.assignment(app)['cpus']}, {used:.2f}s of CPU in {BUSY_SECONDS:.0f}s): cfs quota {quotas}, "
+              f"nr_throttled {throttled}")
+        # it ran busy (host processes outside the pods share its CPU: on a loaded host it gets less of it)
+        assert used > BUSY_SECONDS / 10
+        assert quotas == {"app": -1, "pod": -1, "side": 500 * PERIOD // 1000}
+        assert throttled == {"app": 0, "pod": 0}
+
+        # the kubelet resizes "side" to 700m: the pod cgroup's new quota first (from -1, every quota is
+        # larger: written before the containers), then the container's update; the pod's goes again
+        _set_quota(pod_dir, 1700 * PERIOD // 1000)
+        containerd.cri.update_container_resources(side, **kp.resize_resources(
+            pod.spec, "side", resources_for("guaranteed", 700, 700, None, None), pod.node))
+        assert wait_for(lambda: _quota(pod_dir) == -1, timeout=3.0), _quota(pod_dir)
+        assert _quota(side_dir) == 700 * PERIOD // 1000 and _quota(app_dir) == -1
+    finally:
+        remove_pod(containerd.cri, pod, stop_timeout_s=2)
