@@ -18,7 +18,10 @@ def test_init_cpus_reused_by_the_sidecar_and_the_app_gets_its_own(containerd: Pr
     burst = containerd.run_pod("burstable", 250, 500)
     (b,) = burst.container_ids
     res = resources_for("guaranteed", 2000, 2000, None, None)
-    pod = containerd.run_pod("guaranteed", 2000, 2000, containers=0)
+    # the sandbox as the kubelet sizes it (PodLimits, component-helpers resource/helpers.go): the
+    # sidecar's and the app's limits together, 4 CPUs (the init container alone asks 2); a smaller
+    # sandbox would read as a pod with pod-level resources, which gets nothing exclusive
+    pod = containerd.run_pod("guaranteed", 4000, 4000, containers=0)
     init = containerd.add_container(pod, "init", res, init=True, command=("sh", "-c", "exit 0"))
     containerd.cri.wait_exited(init, timeout=60)
     init_cpus = CPUSet.parse(pinner.assignment(init)["cpus"])
