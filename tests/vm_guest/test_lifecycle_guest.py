@@ -10,7 +10,7 @@ from nri_pinner.engine.cpuset import CPUSet
 from tests.e2e.harness import PrivateContainerd
 from tests.e2e.node_env import online_cpus
 from tests.e2e.pinner import start_pinner, wait_for
-from tests.e2e.pods import resources_for
+from tests.e2e.pods import DEFAULT_GUARANTEED_MEMORY, resources_for
 
 
 def test_init_cpus_reused_by_the_sidecar_and_the_app_gets_its_own(containerd: PrivateContainerd) -> None:
@@ -19,9 +19,10 @@ def test_init_cpus_reused_by_the_sidecar_and_the_app_gets_its_own(containerd: Pr
     (b,) = burst.container_ids
     res = resources_for("guaranteed", 2000, 2000, None, None)
     # the sandbox as the kubelet sizes it (PodLimits, component-helpers resource/helpers.go): the
-    # sidecar's and the app's limits together, 4 CPUs (the init container alone asks 2); a smaller
-    # sandbox would read as a pod with pod-level resources, which gets nothing exclusive
-    pod = containerd.run_pod("guaranteed", 4000, 4000, containers=0)
+    # sidecar's and the app's limits together, 4 CPUs and twice the memory (the init container alone
+    # asks half); a smaller sandbox reads as a pod with pod-level resources, which gets nothing exclusive
+    pod = containerd.run_pod("guaranteed", 4000, 4000, memory_request=2 * DEFAULT_GUARANTEED_MEMORY,
+                             memory_limit=2 * DEFAULT_GUARANTEED_MEMORY, containers=0)
     init = containerd.add_container(pod, "init", res, init=True, command=("sh", "-c", "exit 0"))
     containerd.cri.wait_exited(init, timeout=60)
     init_cpus = CPUSet.parse(pinner.assignment(init)["cpus"])
