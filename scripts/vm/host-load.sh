@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A host load like the one under which the VM tier's guest oopsed with multi-threaded TCG: package
-# downloads and unpacking (debootstrap), apt, and a parallel compile, side by side, until killed.
+# downloads and unpacking (debootstrap), apt, a parallel C compile and a Go build (many threads and
+# short-lived compiler processes), side by side, until killed.
 # A steady CPU burner did not reproduce it (0 of 10 boots); this bursty mix of many short processes,
 # disk writes and page-cache churn did. Used by `python -m tests.vm soak --load scripts/vm/host-load.sh`
-# (docs/vm-tier.md "Single-threaded TCG"). Needs root and the Debian mirror; writes only under $work.
+# (docs/vm-tier.md "Single-threaded TCG"). Needs root and the Debian mirror (it installs golang-go if
+# missing); writes only under $work.
 set -uo pipefail
 work=$(mktemp -d /var/tmp/nri-pinner-host-load.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
@@ -50,7 +52,17 @@ compile_loop() {  # two compilers at a time over generated sources
     done
 }
 
+go_loop() {  # rebuild Go's standard library from scratch: a threaded compiler, hundreds of processes
+    command -v go >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null 2>&1
+    export GOCACHE="$work/gocache" GOPATH="$work/gopath" GOFLAGS=-buildvcs=false
+    while :; do
+        rm -rf "$GOCACHE"
+        go build -a std >/dev/null 2>&1 || echo "go build failed (exit $?)"
+    done
+}
+
 debootstrap_loop &
 apt_loop &
 compile_loop &
+go_loop &
 wait

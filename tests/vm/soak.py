@@ -6,7 +6,7 @@ kernel and systemd come up, then power off; no job, no parts) and is judged from
 ``other``. A pattern cycles the TCG thread modes so that each sees the same host load, e.g.
 ``single,single,multi``. Usage (root)::
 
-    python -m tests.vm soak --boots 60 --pattern single,single,multi [--load scripts/vm/host-load.sh]
+    python -m tests.vm soak --boots 60 --pattern single,single,multi [--load scripts/vm/host-load.sh] [--until-fault]
 
 ``--load`` starts that command beside the boots (in its own process group, stopped at the end).
 Results: one line a boot in build/vm/soak/<time>/boots.tsv, each console kept, a summary printed.
@@ -71,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pattern", default="single", help=f"comma-separated cycle of {', '.join(TCG_THREADS)}")
     parser.add_argument("--topology", default="2s2c2t", choices=sorted(TOPOLOGIES))
     parser.add_argument("--load", help="a command to run beside the boots (host load)")
+    parser.add_argument("--until-fault", action="store_true", help="stop after the first boot that faults")
     args = parser.parse_args(argv)
     pattern = args.pattern.split(",")
     if any(p not in TCG_THREADS for p in pattern):
@@ -79,14 +80,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_dir.mkdir(parents=True)
     table = run_dir / "boots.tsv"
     table.write_text("index\tthread\tverdict\tseconds\tload1\twhy\n")
-    load = (subprocess.Popen(["bash", "-c", args.load], start_new_session=True, stdout=(run_dir / "load.log").open("w"),
-                             stderr=subprocess.STDOUT) if args.load else None)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed soak still stops its load (finally)
     counts: dict[str, Counter[str]] = {t: Counter() for t in pattern}
     seconds: dict[str, list[float]] = {t: [] for t in pattern}
+    load: subprocess.Popen[bytes] | None = None
     try:
-        with boot_lock():
+        with boot_lock():  # the load starts only once no other boot (a VM test run) can be slowed by it
             image, _ = build_image()
+            if args.load:
+                load = subprocess.Popen(["bash", "-c", args.load], start_new_session=True,
+                                        stdout=(run_dir / "load.log").open("w"), stderr=subprocess.STDOUT)
             for index in range(args.boots):
                 thread = pattern[index % len(pattern)]
                 verdict, why, secs = one_boot(args.topology, thread, image, run_dir, index)
@@ -98,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     out.write(f"{index}\t{thread}\t{verdict}\t{secs:.1f}\t{load1:.2f}\t{why}\n")
                 print(f"boot {index + 1}/{args.boots} {thread}: {verdict} in {secs:.1f} s, load {load1:.2f}"
                       + (f" — {why}" if why else ""), flush=True)
+                if args.until_fault and verdict == "fault":
+                    break
     finally:
         if load is not None:
             os.killpg(load.pid, signal.SIGTERM)
