@@ -12,6 +12,11 @@ memory where the pod sets them, and a container without a limit of its own is gi
 whose request is not its limit). Its siblings prove it when they cannot be an ordinary pod's: the
 CPU (or memory) limits of the containers that run together exceed the pod's, which the kubelet's
 PodLimits (their sum, or an init container's with the sidecars started before it) never does.
+A regular init container is out of that sum by the time its pod's next container is created: its
+NRI StopContainer reaches us before the kubelet can see it exit (containerd's handleContainerExit
+calls task.Delete with nri.WithContainerExit, then marks the container exited; 1.7 pkg/cri/server/
+events.go and 2.x internal/cri/server/events.go alike), and the kubelet creates the next container
+only after it saw the exit (kuberuntime_container.go computeInitContainerActions).
 
 The first container of such a pod can look exactly like an ordinary pod's (one container with the
 pod's limit, or containers whose limits add up to it): it is admitted as one. When a later sibling
