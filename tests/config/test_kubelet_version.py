@@ -7,7 +7,7 @@ import pytest
 
 from nri_pinner.config import ConfigError, Settings, load
 from nri_pinner.config.validate import to_toml
-from nri_pinner.engine.cpumanager.releases import POST_RELEASE_FIXES
+from nri_pinner.engine.cpumanager.releases import KUBELET_RELEASES, POST_RELEASE_FIXES
 
 
 def test_default_follows_the_newest_release_and_asks_for_no_later_fix() -> None:
@@ -52,3 +52,20 @@ def test_post_release_fixes_name_known_prs_only() -> None:
 
 def test_empty_list_is_the_default() -> None:
     assert load("[cpu_manager]\npost_release_fixes = []\n") == Settings()
+
+
+CPU_OPTIONS = ("full-pcpus-only", "distribute-cpus-across-numa", "align-by-socket", "distribute-cpus-across-cores",
+               "strict-cpu-reservation", "prefer-align-cpus-by-uncorecache")
+
+
+@pytest.mark.parametrize("release", KUBELET_RELEASES)
+def test_every_policy_option_is_accepted_with_every_kubelet_version(release: str) -> None:
+    """No feature gate is read: an option's alpha/beta/GA stage in that kubelet release does not matter
+    (docs/kubelet-compatibility.md, option stages)."""
+    for option in CPU_OPTIONS:
+        cm = load(f'[cpu_manager]\nkubelet_version = "{release}"\npolicy_options = ["{option}"]\n').cpu_manager
+        assert (cm.kubelet_version, cm.policy_options) == (release, frozenset({option}))
+    tm = load(f'[cpu_manager]\nkubelet_version = "{release}"\n[topology_manager]\n'
+              'policy_options = { prefer-closest-numa-nodes = "true", max-allowable-numa-nodes = "16" }\n')
+    assert tm.topology_manager.policy_options == {"prefer-closest-numa-nodes"}
+    assert tm.topology_manager.max_allowable_numa_nodes == 16
