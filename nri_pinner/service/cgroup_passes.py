@@ -90,12 +90,13 @@ class PassRunner:
             self.report(CgroupsWritten(work.pass_id, results, self.run_quotas(work)))
 
     def run_quotas(self, work: WriteCgroups) -> list[PodQuotaResult]:
-        """The pass's pod cgroups without a CFS quota, after its cpusets (no cpuset waits for them)."""
+        """The pass's pod cgroups without a CFS quota (or with theirs back), after its cpusets (no cpuset
+        waits for them)."""
         try:
-            return self.quotas.remove(work.quotas) if work.quotas else []
+            return self.quotas.write(work.quotas) if work.quotas else []
         except Exception as exc:  # reported like the cpusets' faults: the core retries at its next check
             log.error("pod quota writes failed", error=repr(exc))
-            return [PodQuotaResult(q.pod_key, q.name, error=repr(exc)) for q in work.quotas]
+            return [PodQuotaResult(q.pod_key, q.name, error=repr(exc), quota=q.quota) for q in work.quotas]
 
     def run(self, work: WriteCgroups) -> list[WriteResult]:
         """One pass's cpusets, in the order given (narrowing first); returns each container's result.

@@ -46,7 +46,8 @@ class WriteCounts:
     unit_calls: int = 0  # systemd scopes told the cpuset written (SetUnitProperties answered), pod slices no quota
     unit_failed: int = 0  # ... refused, unanswered or the bus down: left to the NRI update (a slice: retried)
     pod_quotas: int = 0  # pod cgroups whose CFS quota was removed (quota_writer.py)
-    pod_quota_failed: int = 0  # ... not written (the pod keeps it until the next check)
+    pod_quotas_restored: int = 0  # ... put back (a pod demoted for pod-level resources)
+    pod_quota_failed: int = 0  # ... not written, either way (retried at the next check)
 
 
 def _read_text(path: str) -> str:

@@ -1,4 +1,5 @@
-"""Leave pods' cgroups without a CFS quota, in the cgroup passes (core/quotas.py decides which pods).
+"""Leave pods' cgroups without a CFS quota, in the cgroup passes (core/quotas.py decides which pods),
+and put the kubelet's back into those of pods demoted for pod-level resources.
 
 What the kubelet writes into a pod cgroup created without a quota (its DisableCPUQuotaWithExclusiveCPUs;
 cm/helpers_linux.go ResourceConfigForPod: cpu quota -1), through runc's cgroup managers: cgroup v1
@@ -15,6 +16,13 @@ slice then write no quota either. A slice is told again only when its cgroup hol
 kubelet's resize tells systemd its new one first). A refused or unanswered call is reported
 (`untold`): the direct write stands until systemd re-applies the slice, and the core tries again at
 its next check.
+
+Putting a quota back (an item with ``quota``, core/quotas.py): v1 `cpu.cfs_quota_us` "<quota>", v2
+`cpu.max` "<quota> <period>" (runc fs/cpu.go, fs2/cpu.go setCpu for a quota > 0; the period is the
+sandbox's, the kubelet's cpuCFSQuotaPeriod, which the cgroup holds already), written only when the
+cgroup holds something else; under the systemd driver the slice is told its CPUQuotaPerSecUSec first
+(`quota_call`), each time, as the kubelet's libcontainer does when it sets a pod's quota. Counted
+apart (`pod_quotas_restored`); a failure counts as any other (`pod_quota_failed`).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from .cgroup_paths import CgroupError, expand_systemd_slice
 from .core.effects import PodQuotaItem
 from .core.events import PodQuotaResult
 from .cpuset_writer import WriteCounts
-from .systemd_units import SystemdUnits, no_quota_call
+from .systemd_units import SystemdUnits, no_quota_call, quota_call
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -77,9 +85,10 @@ class PodQuotas:
         self._told: set[str] = set()  # pod slices systemd confirmed: a re-check of one without a quota only reads
         self._told_no_bus = False
 
-    def remove(self, items: Sequence[PodQuotaItem]) -> list[PodQuotaResult]:
-        """Each pod cgroup without a quota: every one read; systemd told (all calls together) about the
-        slices that hold a quota or were never told, then those with a quota written."""
+    def write(self, items: Sequence[PodQuotaItem]) -> list[PodQuotaResult]:
+        """Each pod cgroup without a quota, or with the item's ``quota`` back: every one read; systemd
+        told (all calls together) about the slices that hold another quota or were never told, then
+        those that hold another quota written."""
         results: dict[str, PodQuotaResult] = {}
         act: list[tuple[PodQuotaItem, str, str, str]] = []  # (item, file, what it holds, what to write)
         for i in items:
@@ -88,7 +97,10 @@ class PodQuotas:
             except CgroupError as exc:
                 results[i.pod_key] = self._failed(i, exc)
                 continue
-            if unlimited and (not is_slice(i.cgroup) or i.cgroup in self._told):
+            if i.quota is not None:  # put back: systemd is told each time (one pass per demotion)
+                wanted = self._quota_text(path, i.quota, i.period)
+                act.append((i, path, text, "" if text.split() == wanted.split() else wanted))
+            elif unlimited and (not is_slice(i.cgroup) or i.cgroup in self._told):
                 results[i.pod_key] = PodQuotaResult(i.pod_key, i.name)  # the re-check's usual answer: a read
             else:
                 act.append((i, path, text, "" if unlimited else self._unlimited_text(path, text)))
@@ -100,9 +112,12 @@ class PodQuotas:
             except CgroupError as exc:
                 results[i.pod_key] = self._failed(i, exc)
                 continue
-            self.counts.pod_quotas += bool(wanted)
+            if i.quota is None:
+                self.counts.pod_quotas += bool(wanted)
+            else:
+                self.counts.pod_quotas_restored += bool(wanted)
             results[i.pod_key] = PodQuotaResult(i.pod_key, i.name, before=text if wanted else "",
-                                                untold=untold.get(i.pod_key, ""))
+                                                untold=untold.get(i.pod_key, ""), quota=i.quota)
         return [results[i.pod_key] for i in items]
 
     def directory(self, cgroup: str) -> tuple[Path, bool]:
@@ -133,26 +148,37 @@ class PodQuotas:
         """No quota: v1 "-1"; v2 "max <period>", the period it holds kept."""
         return "-1" if path.endswith(V1_QUOTA) else " ".join(["max", *text.split()[1:2]])
 
+    @staticmethod
+    def _quota_text(path: str, quota: int, period: int) -> str:
+        """A quota put back: v1 "<quota>" (the period file is the kubelet's, never changed here); v2
+        "<quota> <period>"."""
+        return str(quota) if path.endswith(V1_QUOTA) else f"{quota} {period}"
+
     def _failed(self, i: PodQuotaItem, exc: CgroupError) -> PodQuotaResult:
         self.counts.pod_quota_failed += 1
         self._base = None  # the layout may have changed (test trees)
-        return PodQuotaResult(i.pod_key, i.name, error=str(exc))
+        return PodQuotaResult(i.pod_key, i.name, error=str(exc), quota=i.quota)
 
     def _tell_systemd(self, items: Sequence[PodQuotaItem]) -> dict[str, str]:
         """{pod key: why} for the slices systemd did not confirm."""
-        slices = [(i.pod_key, i.cgroup) for i in items if is_slice(i.cgroup)]
+        slices = [i for i in items if is_slice(i.cgroup)]
         if not slices:
             return {}
         if self.units is None:
             if not self._told_no_bus:
                 self._told_no_bus = True
-                log.warning("pod slices' CFS quota removed by a direct write only: reconcile.systemd_bus is "
-                            "off, so systemd puts the quota back whenever it re-applies a slice's settings")
+                log.warning("pod slices' CFS quota written by a direct write only: reconcile.systemd_bus is "
+                            "off, so systemd puts its own back whenever it re-applies a slice's settings")
             return {}
-        failed = self.units.call([(unit, no_quota_call(unit)) for _, unit in slices])
+        failed = self.units.call([(i.cgroup, no_quota_call(i.cgroup) if i.quota is None
+                                   else quota_call(i.cgroup, i.quota, i.period)) for i in slices])
         self.counts.unit_failed += len(failed)
         self.counts.unit_calls += len(slices) - len(failed)
         if len(self._told) >= 65536:
             self._told.clear()
-        self._told.update(unit for _, unit in slices if unit not in failed)
-        return {pod_key: failed[unit] for pod_key, unit in slices if unit in failed}
+        for i in slices:
+            if i.quota is not None:
+                self._told.discard(i.cgroup)  # holds a quota now: a later removal tells systemd again
+            elif i.cgroup not in failed:
+                self._told.add(i.cgroup)
+        return {i.pod_key: failed[i.cgroup] for i in slices if i.cgroup in failed}

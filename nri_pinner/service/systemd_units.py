@@ -9,7 +9,8 @@ container is back on CPUs made exclusive since. Setting the scope's properties a
 `SetUnitProperties(name, runtime=true, …)`, as runc's systemd manager does on an update, makes
 systemd hold what we wrote: a re-application is then a no-op. systemd writes the cgroup itself.
 The same holds for a pod slice's CPU quota, which a pod with exclusive CPUs runs without
-(`no_quota_call`, used by quota_writer.py).
+(`no_quota_call`, used by quota_writer.py), and which a pod demoted for pod-level resources gets back
+(`quota_call`).
 
 Cost: one D-Bus call per changed scope, all of a pass sent at once and their replies collected
 together (no wait between calls; systemd still handles them one by one). Default bus: systemd's private socket
@@ -84,6 +85,26 @@ def no_quota_call(unit: str) -> Message:
     `addCpuQuota`: MaxUint64 for a quota <= 0). systemd writes cpu.cfs_quota_us -1 / cpu.max "max <period>"
     and keeps the period it has."""
     props = [("CPUQuotaPerSecUSec", ("t", USEC_INFINITY))]
+    msg: Message = new_method_call(SYSTEMD, "SetUnitProperties", "sba(sv)", (unit, True, props))
+    return msg
+
+
+def quota_per_sec(quota: int, period: int) -> int:
+    """CPUQuotaPerSecUSec for a CFS quota (µs per period): quota x 1 s / period, rounded up to 10 ms, as
+    runc's systemd manager computes it (libcontainer/cgroups/systemd/common.go addCpuQuota: systemd keeps
+    whole percents of a CPU, so a fraction is rounded up to leave the children their quota). systemd
+    writes it back as cpu.max "<per-sec x period / 1 s> <period>" (v1: cpu.cfs_quota_us the same, with
+    cpu.cfs_period_us), the period being the slice's CPUQuotaPeriodUSec (src/core/cgroup.c
+    cgroup_apply_unified_cpu_quota, cgroup_apply_legacy_cpu_quota)."""
+    per_sec = quota * 1_000_000 // period
+    return -(-per_sec // 10_000) * 10_000
+
+
+def quota_call(unit: str, quota: int, period: int) -> Message:
+    """`SetUnitProperties(unit, runtime=true, [CPUQuotaPerSecUSec=<quota per second>])`: a pod slice's CFS
+    quota put back (`quota_per_sec`), as the kubelet's libcontainer asks systemd for a pod's quota. Its
+    CPUQuotaPeriodUSec is left: the kubelet set it when it made the slice, and nothing here changed it."""
+    props = [("CPUQuotaPerSecUSec", ("t", quota_per_sec(quota, period)))]
     msg: Message = new_method_call(SYSTEMD, "SetUnitProperties", "sba(sv)", (unit, True, props))
     return msg
 

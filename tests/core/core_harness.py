@@ -138,6 +138,8 @@ class Edge:
     no_cgroups: bool = False  # no container has a cgroup to write (no runc ran them): every write fails
     # pod key -> how often a pass removed its cgroup's CFS quota (the cgroup held the kubelet's each time)
     pod_quotas: dict[str, int] = field(default_factory=dict)
+    # pod key -> the CFS quota a pass put back into its cgroup (the newest)
+    restored: dict[str, int] = field(default_factory=dict)
 
     def handle(self, event: ev.Event) -> Outcome:
         outcome = self.core.handle(event)
@@ -164,7 +166,8 @@ class Edge:
     def write(self, errors: Mapping[str, str] | None = None, untold: Mapping[str, str] | None = None) -> Outcome:
         """Answer the pass in flight: every item written, but those in ``errors`` (failed) and
         ``untold`` (written, systemd refused the scope's properties). Pod quotas (keyed by pod key in
-        ``errors``/``untold`` too) are removed from a cgroup that held the kubelet's."""
+        ``errors``/``untold`` too) are removed from a cgroup that held the kubelet's, or put back into
+        one that held none."""
         assert len(self.in_flight) == 1, "no pass in flight"
         p = self.in_flight.pop()
         errors, untold = errors or {}, untold or {}
@@ -178,10 +181,13 @@ class Edge:
         quotas = []
         for q in p.quotas:
             err = errors.get(q.pod_key, "")
-            if not err:
+            if not err and q.quota is not None:
+                self.restored[q.pod_key] = q.quota
+            elif not err:
                 self.pod_quotas[q.pod_key] = self.pod_quotas.get(q.pod_key, 0) + 1
-            quotas.append(ev.PodQuotaResult(q.pod_key, q.name, before="" if err else "100000", error=err,
-                                            untold=untold.get(q.pod_key, "")))
+            before = "" if err else "100000" if q.quota is None else "-1"
+            quotas.append(ev.PodQuotaResult(q.pod_key, q.name, before=before, error=err,
+                                            untold=untold.get(q.pod_key, ""), quota=q.quota))
         return self.handle(ev.CgroupsWritten(p.pass_id, results, quotas))
 
     def settle(self) -> None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core_harness import Edge, create, make_core
+from core_harness import Edge, create, make_core, make_settings, updates_of
 
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.handlers import CreateReply
+from nri_pinner.nri.handlers import CreateReply, UpdatesReply
 from nri_pinner.service.core import events as ev
+from nri_pinner.service.core.quotas import CHECK_TIMER
+from nri_pinner.service.core.reply_updates import view_update
 from testkit.pod_builders import nri_container_from_cri, nri_pod_from_cri, resize_request
 from tests.e2e import kubelet_model as km
 from tests.e2e import kubelet_pod as kp
@@ -78,8 +80,9 @@ def test_the_first_container_looks_like_an_ordinary_pods_until_a_sibling_shows_t
     reply = e.handle(create(sandbox, c["b"])).reply
     assert isinstance(reply, CreateReply) and reply.cpus == str(everything)
     assert exclusive_ids(e) == set()
-    e.settle()  # a has started: the cgroup pass widens it, as any pool change (reply_updates.py)
-    assert e.cgroups[c["a"].id] == everything
+    # a has started, but its quota was removed: its update (the kubelet's quota back, with the shared
+    # pool) rides on b's reply, which only an NRI update can carry (reply_updates.quota_back)
+    assert updates_of(reply)[c["a"].id].cpus == str(everything)
 
 
 def test_containers_with_their_own_limits_that_fit_cannot_be_told_without_the_annotation() -> None:
@@ -152,6 +155,121 @@ def test_a_resize_keeps_a_pod_level_container_on_the_shared_pool() -> None:
     e.handle(ev.UpdateContainer(resize_request(c["b"], sandbox, 2000)))
     e.settle()
     assert exclusive_ids(e) == set()
+
+
+def passes(e: Edge, errors: dict[str, str] | None = None) -> None:
+    """The passes the core wants, each written (those in ``errors`` failing); no other timer fired."""
+    for _ in range(20):
+        if e.in_flight:
+            e.write(errors)
+        elif due := [n for n in e.armed if n.startswith("settle")]:
+            e.fire(due[0])
+        else:
+            return
+    raise AssertionError("the passes never end")
+
+
+def admitted_exclusive_then_shown(e: Edge, pod: kp.Pod) -> tuple[api.PodSandbox, dict[str, api.Container], CreateReply]:
+    """The pod's first container created, started and pinned (quota -1 in its create's adjustment, its
+    pod cgroup's quota removed by the pass its start waits for); then the second container's create,
+    which shows the pod: its reply."""
+    sandbox, c = messages(pod)
+    first = e.handle(create(sandbox, c["a"])).reply
+    assert isinstance(first, CreateReply) and first.cpu_quota == -1 and len(first.cpus.split(",")) == 4
+    e.cgroups[c["a"].id] = e.core.node.desired(e.core.node.containers[c["a"].id])[0]
+    e.handle(ev.StartContainer(c["a"].id))
+    passes(e)
+    assert e.pod_quotas == {pod.uid: 1}  # the pod cgroup's quota removed
+    reply = e.handle(create(sandbox, c["b"])).reply
+    assert isinstance(reply, CreateReply) and reply.cpus == str(e.pool) and exclusive_ids(e) == set()
+    return sandbox, c, reply
+
+
+def test_a_demoted_container_gets_the_kubelets_quota_back() -> None:
+    """issue 44: the first container, pinned, runs with quota -1; the kubelet gave it limit x period
+    (it never pinned it). When the second container shows the pod, the first goes to the shared pool
+    with its own quota back: in the second create's reply (a pass writes only cpusets), and in every
+    later update of it (containerd's stored spec holds our -1: runc would write it again), the
+    over-budget fallback's too. The new container itself keeps the kubelet's (no adjustment)."""
+    pod = kp.Pod("plr", "default", "uid-plr", (kp.Container("a"), kp.Container("b")), resources=POD_4)
+    e = make_core()
+    sandbox, c, reply = admitted_exclusive_then_shown(e, pod)
+    kubelets = int(c["a"].linux.resources.cpu.quota.value)
+    assert kubelets == 400_000  # the pod's 4 CPUs x 100 ms: getCPULimit gives it the pod's limit
+    back = updates_of(reply)[c["a"].id]
+    assert (back.cpus, back.cpu_quota) == (str(e.pool), kubelets)
+    assert reply.cpu_quota is None
+    e.settle()
+    # a later cpuset-only update of it (a runtime record update): the quota again, never -1
+    req = api.UpdateContainerRequest(pod=sandbox, container=c["a"])
+    req.linux_resources.cpu.cpus = str(e.pool)
+    update = e.handle(ev.UpdateContainer(req)).reply
+    assert isinstance(update, UpdatesReply) and updates_of(update)[c["a"].id].cpu_quota == kubelets
+    t = e.core.node.containers[c["a"].id]
+    assert view_update(e.core.node.view(), t, True).cpu_quota == kubelets
+
+
+def test_a_demoted_pods_cgroup_gets_the_kubelets_quota_back() -> None:
+    """The kubelet, which never pinned the pod, keeps its cgroup's quota = the pod's CPU limit x period
+    (ResourceConfigForPod; the sandbox's `linux.pod_resources` carry the same quota and period). A pass
+    puts it back once the pod has no exclusive CPU left, and the pod is then the kubelet's again: no
+    re-check removes or writes it."""
+    pod = kp.Pod("plr", "default", "uid-plr", (kp.Container("a"), kp.Container("b")), resources=POD_4)
+    e = make_core()
+    sandbox, c, _ = admitted_exclusive_then_shown(e, pod)
+    cpu = sandbox.linux.pod_resources.cpu
+    assert (cpu.quota.value, cpu.period.value) == (400_000, 100_000)
+    passes_before = len(e.history)
+    e.settle()
+    restores = [[(q.pod_key, q.cgroup, q.quota, q.period) for q in p.quotas]
+                for p in e.history[passes_before:] if p.quotas]
+    assert restores == [[(pod.uid, f"/kubepods/pod{pod.uid}", 400_000, 100_000)]]
+    assert e.restored == {pod.uid: 400_000} and e.pod_quotas == {pod.uid: 1}  # removed once, never again
+    e.handle(ev.StartContainer(c["b"].id))
+    e.settle()
+    assert len([p for p in e.history[passes_before:] if p.quotas]) == 1
+
+
+def test_a_quota_not_put_back_is_retried_at_the_check_and_a_kubelet_resize_supersedes_it() -> None:
+    """As a removal: a failed write is retried at the check (`reconcile.period_seconds`). A kubelet resize
+    in the pod before the pass wrote the pod's new quota (doPodResizeAction): ours would be stale."""
+    pod = kp.Pod("plr", "default", "uid-plr", (kp.Container("a"), kp.Container("b")), resources=POD_4)
+    e = make_core(make_settings(reconcile={"period_seconds": 10.0, "cri_socket": "",
+                                           "cgroup_root": "/nonexistent/cgroup"}))
+    admitted_exclusive_then_shown(e, pod)
+    passes(e, errors={pod.uid: "cannot write '400000 100000' to .../cpu.max: EBUSY"})
+    assert e.restored == {} and e.armed.get(CHECK_TIMER) == 10.0
+    e.fire(CHECK_TIMER)
+    passes(e)
+    assert e.restored == {pod.uid: 400_000}
+    assert CHECK_TIMER not in e.armed  # put back: the kubelet's again, never looked at
+    assert e.pod_quotas == {pod.uid: 1}
+
+    # the same pod shown again, but the kubelet resizes it before the pass: its write is the newer
+    e = make_core()
+    sandbox, _, _ = admitted_exclusive_then_shown(e, pod)
+    e.handle(ev.UpdatePodSandbox(api.UpdatePodSandboxRequest(pod=sandbox)))
+    e.settle()
+    assert e.restored == {} and e.pod_quotas == {pod.uid: 1}
+
+
+def test_a_demoted_pod_without_a_cpu_limit_is_left_alone() -> None:
+    """The kubelet's `cpuCFSQuota: false`: no quota in the sandbox's resources, none in the pod cgroup
+    (ResourceConfigForPod with enforceCPULimits false), none in the containers': nothing to put back."""
+    pod = kp.Pod("plr", "default", "uid-plr", (kp.Container("a"), kp.Container("b")), resources=POD_4)
+    sandbox, c = messages(pod)
+    sandbox.linux.pod_resources.cpu.ClearField("quota")
+    for name in ("a", "b"):
+        c[name].linux.resources.cpu.ClearField("quota")
+    e = make_core()
+    e.run(sandbox, c["a"])
+    assert exclusive_ids(e) == {c["a"].id} and e.pod_quotas == {pod.uid: 1}
+    passes_before = len(e.history)
+    reply = e.handle(create(sandbox, c["b"])).reply
+    assert isinstance(reply, CreateReply) and exclusive_ids(e) == set()
+    assert c["a"].id not in updates_of(reply)  # no quota of its own to put back: a pass widens its cpuset
+    e.settle()
+    assert [p.quotas for p in e.history[passes_before:] if p.quotas] == []
 
 
 def _running(c: api.Container) -> api.Container:

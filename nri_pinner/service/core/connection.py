@@ -98,6 +98,7 @@ def discarded(core: NodeCore, event: ReplyDiscarded) -> Reply:
     if event.handler == "create_container":
         t = node.containers.get(event.container_id)
         if t is not None:
+            t.quota_removed = False  # the fallback's reply has no quota: the kubelet's stays
             node.state = node.engine.remove(node.state, *t.key)
             if core.settings.nri.on_timeout == "fail":  # the fallback failed the create
                 node.drop(t.container_id)

@@ -22,18 +22,21 @@ class PassItem:
 
 @dataclass(frozen=True)
 class PodQuotaItem:
-    """A pod cgroup whose CFS quota a pass removes (core/quotas.py)."""
+    """A pod cgroup whose CFS quota a pass removes, or puts back (``quota``: a pod demoted for pod-level
+    resources, core/quotas.py)."""
 
     pod_key: str
     cgroup: str  # NRI's spelling: cgroupfs "/kubepods/pod<uid>", systemd "kubepods-pod<uid>.slice"
     name: str  # "<namespace>/<pod>", for the logs
+    quota: int | None = None  # µs per period to write back (None: remove the quota)
+    period: int = 0  # µs, with ``quota``: cgroup v2 `cpu.max` "<quota> <period>"
 
 
 @dataclass(frozen=True)
 class WriteCgroups:
     """One pass: write these cgroups in this order (narrowing first), tell systemd first; reply with
     `CgroupsWritten(pass_id, ...)`. ``urgent``: a reply waits for it (run it at normal priority).
-    ``quotas``: pod cgroups to leave without a CFS quota, after the cpusets."""
+    ``quotas``: pod cgroups to leave without a CFS quota (or to give theirs back), after the cpusets."""
 
     pass_id: int
     items: tuple[PassItem, ...]

@@ -99,9 +99,10 @@ class WriteResult:
 class PodQuotaResult:
     pod_key: str
     name: str
-    before: str = ""  # the quota the cgroup held, now removed ("" = it held none)
+    before: str = ""  # what the cgroup held, now replaced ("" = not written: it held what was wanted)
     error: str = ""  # not written (the pod's quota stays)
-    untold: str = ""  # written, but systemd refused the slice's property (it would put the quota back)
+    untold: str = ""  # written, but systemd refused the slice's property (it would put the old quota back)
+    quota: int | None = None  # the item's: a quota put back (None: a removal)
 
 
 @dataclass(frozen=True)

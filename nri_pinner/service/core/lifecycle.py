@@ -22,7 +22,7 @@ from .events import CreateContainer, RemoveContainer, RemovePodSandbox, StartCon
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .rebuild import repin_waiting
 from .records import Tracked, mems_text
-from .reply_updates import reply_updates
+from .reply_updates import UNLIMITED, reply_updates
 from .roles import decide_role, mark_sidecars, release_pod, role_at_create
 
 if TYPE_CHECKING:
@@ -52,6 +52,8 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
                     container=intent.container, error=intent.note)
     intent = role_at_create(node, intent)
     intent = pod_level.settle(node, intent, req.pod)  # spec.resources: the kubelet's managers skip the pod
+    if intent.pod_level:  # a pod whose cgroup's quota a pass removed gets the kubelet's back (core/quotas.py)
+        core.quotas.pod_level(intent.pod_key, req.pod)
     mark_sidecars(node, intent.pod_key, intent.init)
     extras = dict(event.extras)
     if intent.qos != GUARANTEED or intent.pod_level:
@@ -88,11 +90,12 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     core.commit()
     t.start_after = node.generation
     quota = core.quotas.container_quota(t)  # exclusive: no CFS quota (core/quotas.py)
+    t.quota_removed = quota == UNLIMITED
     log.info("container pinned" if decision.exclusive else "container on shared pool",
              pod=f"{intent.namespace}/{intent.pod_name}", container=intent.container, qos=intent.qos,
              cpus=str(cpus), mems=mems_text(mems), exclusive=decision.exclusive, outcome=outcome,
              shared_updates=len(updates), reason=intent.source,
-             **({"cfs_quota": f"{t.cfs_quota} -> unlimited"} if quota is not None else {}))
+             **({"cfs_quota": f"{t.cfs_quota} -> unlimited"} if t.quota_removed else {}))
     return CreateReply(str(cpus), mems_text(mems), updates, quota)
 
 

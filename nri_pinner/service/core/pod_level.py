@@ -53,6 +53,18 @@ def pod_limits(pod: Any) -> tuple[int, int]:
     return cpu_limit_milli(res.cpu), max(0, memory)
 
 
+def pod_cpu_quota(pod: Any) -> tuple[int, int] | None:
+    """The sandbox's CPU quota and period (µs), None without a quota. The kubelet computes them as for
+    the pod cgroup (kuberuntime_sandbox_linux.go calculateSandboxResources → calculateLinuxResources:
+    milliCPUToQuota of PodLimits with its cpuCFSQuotaPeriod; cm/helpers_linux.go ResourceConfigForPod:
+    MilliCPUToQuota of the same limits and period), so this is the quota the kubelet leaves a pod it
+    never pinned (none with `cpuCFSQuota: false`, which sends no quota here either)."""
+    cpu = pod.linux.pod_resources.cpu
+    quota = int(cpu.quota.value) if cpu.HasField("quota") else 0
+    period = int(cpu.period.value) if cpu.HasField("period") else 0
+    return (quota, period) if quota > 0 and period > 0 else None
+
+
 def exceeds(pod: Any, together: Iterable[ContainerIntent]) -> str:
     """Why containers that run together cannot be an ordinary pod's ("" = they can): their limits
     add up to more than the sandbox's (kubelet PodLimits, k8s.io/component-helpers/resource/helpers.go
@@ -87,7 +99,10 @@ def settle(tr: NodeState, intent: ContainerIntent, pod: Any) -> ContainerIntent:
 
 def demote(tr: NodeState, siblings: Iterable[Tracked], reason: str) -> None:
     """Siblings admitted before their pod was known to use pod-level resources: shared, their
-    exclusive CPUs and memory released (the new cpusets reach them as any pool change does)."""
+    exclusive CPUs and memory released (the new cpusets reach them as any pool change does). One
+    whose CFS quota we removed gets the kubelet's back in an NRI update (reply_updates.quota_back),
+    which only a reply carries: it rides on the create's reply even if started (a pass writes
+    cpusets only); its pod cgroup's quota is put back by a pass (core/quotas.py `QuotaBook.pod_level`)."""
     for t in siblings:
         if t.intent.pod_level:
             continue
@@ -99,6 +114,8 @@ def demote(tr: NodeState, siblings: Iterable[Tracked], reason: str) -> None:
         if not held:
             continue
         state = tr.engine.remove(tr.state, *t.key)
+        if t.quota_removed:
+            tr.via_reply.add(t.container_id)
         i = t.intent
         tr.state, _ = tr.engine.admit(state, AdmissionRequest(
             i.pod_key, i.container, QoS.GUARANTEED, 0, i.limit_milli, init=i.init, restartable=i.restartable))

@@ -22,22 +22,34 @@ The kubelet (the release lines are cited in the README):
   after-the-containers order), and the re-check timer (`reconcile.period_seconds`) verifies every
   pod's (a read; a write only where a quota came back). Under the systemd driver the pod slice is told
   CPUQuotaPerSecUSec=infinity first (systemd_units.py), so systemd's re-applications keep it.
-A pod's quota is never put back here: a pod loses its exclusive CPUs through a resize to shared, and
-that resize writes the kubelet's quota into the pod cgroup itself.
+A pod's quota is put back here in one case only. A pod loses its exclusive CPUs through a resize to
+shared, which writes the kubelet's quota into the pod cgroup itself — or through a demotion: a pod
+with pod-level resources whose first container looked like an ordinary Guaranteed pod's was pinned
+(its quota removed), and a later sibling showed it (pod_level.py `demote`). The kubelet never pinned
+that pod, so it keeps the pod cgroup's quota = the pod's CPU limit x period (ResourceConfigForPod,
+enforceCPULimits true) and each container's = its own limit x period; nothing of the kubelet's writes
+them again. So at that create (`pod_level`) a pod whose quota a pass removed is given back the
+sandbox's quota and period (NRI `linux.pod_resources`, what the kubelet computed the pod cgroup's
+from: pod_level.pod_cpu_quota; none without a CPU limit, then it is left and logged) by the next pass
+(`due`: an item with ``quota``; quota_writer.py writes v1 `cpu.cfs_quota_us` <quota>, v2 `cpu.max`
+"<quota> <period>", a systemd slice told its CPUQuotaPerSecUSec first), retried at the check when it
+fails, dropped when a kubelet resize in the pod writes the pod's new quota first. The demoted
+containers get their own quota back in their NRI updates (reply_updates.py `quota_back`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from .effects import ArmTimer, PodQuotaItem
 from .events import PodQuotaResult
+from .pod_level import pod_cpu_quota
 from .records import Tracked
-from .reply_updates import update_quota
+from .reply_updates import UNLIMITED, update_quota
 
 if TYPE_CHECKING:
     from .node import NodeCore
@@ -80,6 +92,7 @@ class QuotaBook:
         self.sent: set[str] = set()  # in the pass in flight
         self.redo: set[str] = set()  # ... and resized by the kubelet meanwhile: its result is stale
         self.recheck: set[str] = set()  # resized: due again when RESIZE_TIMER fires
+        self.back: dict[str, tuple[int, int]] = {}  # pod key -> (quota, period) to put back (module doc)
         self.checking = False  # CHECK_TIMER armed
         self._noted = False  # cgroup writes off: said once
 
@@ -88,16 +101,37 @@ class QuotaBook:
         """The CPU quota the create's adjustment or an update of `t` sets: -1 while it holds exclusive
         CPUs and has a quota; None leaves the kubelet's."""
         quota = update_quota(self.enabled, self.core.node.state, t)
-        if quota is not None and not self.core.cgroup_writes and not self._noted:
+        if quota == UNLIMITED and not self.core.cgroup_writes and not self._noted:
             self._noted = True
             log.warning("pods' CFS quota not removed: cgroup writes are off (reconcile.cgroup_writes, or a "
                         "read-only cgroup fs); exclusive containers still run without their own quota")
         return quota
 
     # -- pods: what a pass writes ---------------------------------------------------------------------
+    def pod_level(self, pod_key: str, pod: Any) -> None:
+        """A create showed (or knew) that this pod uses pod-level resources: none of its containers holds
+        exclusive CPUs now (pod_level.settle demoted them). A pod whose quota a pass removed (or is
+        removing) gets the sandbox's back at the next pass (module doc)."""
+        if pod_key in self.back or not (pod_key in self.removed or pod_key in self.failed or pod_key in self.sent):
+            return  # never taken up (its cgroup holds the kubelet's quota), or already being put back
+        self.removed.discard(pod_key)
+        self.failed.pop(pod_key, None)
+        if pod_key in self.sent:
+            self.redo.add(pod_key)  # the removal in flight: its result is stale
+        quota = pod_cpu_quota(pod)
+        name = f"{pod.namespace}/{pod.name}"
+        if quota is None:
+            log.info("pod CFS quota not put back: its sandbox has no CPU quota (the kubelet's cpuCFSQuota: "
+                     "false, or no CPU limit), so the kubelet's pod cgroup has none either", pod=name)
+            return
+        self.back[pod_key] = quota
+        log.info("pod uses pod-level resources: its cgroup's CFS quota is put back at the next pass", pod=name,
+                 quota=quota[0], period=quota[1])
+
     def due(self) -> tuple[PodQuotaItem, ...]:
         """The pods a pass dispatched now writes: those with exclusive CPUs (a container of theirs
-        holds some, running or exited) whose cgroup is not known to hold no quota."""
+        holds some, running or exited) whose cgroup is not known to hold no quota, and those whose
+        quota is to be put back (`back`; one that failed waits for the check)."""
         if not self.enabled:
             return ()
         node = self.core.node
@@ -110,10 +144,18 @@ class QuotaBook:
             if found is None:
                 continue  # not a kubelet pod (no pod cgroup of its own), or not tracked
             wanted.add(pod_key)
+            self.back.pop(pod_key, None)  # exclusive again: no quota after all
             if pod_key not in self.removed and pod_key not in self.failed:
                 items.append(PodQuotaItem(pod_key, found[0], found[1]))
+        for pod_key, (quota, period) in list(self.back.items()):
+            members = node.containers.by_pod.get(pod_key)
+            found = _cgroup_of(members.values()) if members else None
+            if found is None:
+                del self.back[pod_key]  # the pod is gone
+            elif pod_key not in self.failed:
+                items.append(PodQuotaItem(pod_key, found[0], found[1], quota, period))
         self.removed &= wanted
-        for gone in [k for k in self.failed if k not in wanted]:
+        for gone in [k for k in self.failed if k not in wanted and k not in self.back]:
             del self.failed[gone]
         self.sent = {i.pod_key for i in items}
         self.redo.clear()
@@ -126,6 +168,9 @@ class QuotaBook:
             why = r.error or r.untold
             if r.pod_key in self.redo:
                 continue  # the kubelet wrote it again while the pass ran: the next pass looks again
+            if r.quota is not None:
+                self._put_back(r, why)
+                continue
             if why:
                 if self.failed.get(r.pod_key) is None:
                     log.warning("pod CFS quota not removed; retried at the next check", pod=r.name, error=why)
@@ -137,10 +182,29 @@ class QuotaBook:
         self.redo.clear()
         self._arm_check()
 
+    def _put_back(self, r: PodQuotaResult, why: str) -> None:
+        if r.pod_key not in self.back:
+            return  # dropped meanwhile (exclusive again, or the kubelet resized the pod)
+        if why:
+            if self.failed.get(r.pod_key) is None:
+                log.warning("pod CFS quota not put back; retried at the next check", pod=r.name, error=why)
+            self.failed[r.pod_key] = why
+            return
+        del self.back[r.pod_key]
+        self.failed.pop(r.pod_key, None)
+        log.info("pod CFS quota put back: the kubelet's for a pod it never pinned", pod=r.name, quota=r.quota,
+                 had=r.before or None)
+
     # -- what makes a pod due again -------------------------------------------------------------------
     def kubelet_resized(self, pod_key: str) -> None:
         """The kubelet's resize in this pod wrote the pod cgroup's quota (doPodResizeAction). Only a pod
-        a pass took up matters: one that is due is written by the pass already asked for."""
+        a pass took up matters: one that is due is written by the pass already asked for. A pod whose
+        quota was to be put back holds the kubelet's new one now: left to the kubelet."""
+        if self.back.pop(pod_key, None) is not None:
+            self.failed.pop(pod_key, None)
+            if pod_key in self.sent:
+                self.redo.add(pod_key)
+            return
         if pod_key not in self.removed and pod_key not in self.failed and pod_key not in self.sent:
             return
         self._again((pod_key,))

@@ -43,6 +43,9 @@ class Tracked:
     # its CFS quota (µs) as the runtime last reported it: the create's, an adoption's (Synchronize), the
     # newest resize's; 0 = none (the kubelet's cpuCFSQuota: false), -1 = unlimited (core/quotas.py)
     cfs_quota: int = 0
+    # a reply of ours set its quota to -1 (it held exclusive CPUs) and no kubelet resize sent one since:
+    # the runtime's record holds -1, so once it is not exclusive its updates carry `cfs_quota` back
+    quota_removed: bool = False
 
     @property
     def key(self) -> tuple[str, str]:

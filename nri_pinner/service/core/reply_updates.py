@@ -22,12 +22,23 @@ def cpu_update(container_id: str, cpus: CPUSet, mems: Mems, quota: int | None = 
 
 def update_quota(enabled: bool, state: EngineState, t: Tracked) -> int | None:
     """The CPU quota an update (or the create's adjustment) of `t` carries: none while it holds exclusive
-    CPUs and has a quota (`cpu_manager.disable_cpu_quota_with_exclusive_cpus`, core/quotas.py); None
-    leaves the kubelet's. A pure rule of the state: the over-budget fallback reads a published view."""
+    CPUs and has a quota (`cpu_manager.disable_cpu_quota_with_exclusive_cpus`, core/quotas.py); the
+    kubelet's back once it does not (`quota_back`); None leaves the kubelet's. A pure rule of the state:
+    the over-budget fallback reads a published view."""
     if not enabled or not t.cfs_quota:
         return None
     a = state.get(*t.key)
-    return UNLIMITED if a is not None and a.exclusive else None
+    return UNLIMITED if a is not None and a.exclusive else quota_back(state, t)
+
+
+def quota_back(state: EngineState, t: Tracked) -> int | None:
+    """The kubelet's quota of a container that lost its exclusive CPUs with no kubelet resize to send
+    one (pod_level.demote: the kubelet never pinned it): our -1 is what the runtime holds. None for
+    every other container (a resize to shared carries the kubelet's quota, which a reply leaves)."""
+    if not t.quota_removed or t.cfs_quota <= 0:
+        return None
+    a = state.get(*t.key)
+    return None if a is not None and a.exclusive else t.cfs_quota
 
 
 def view_update(view: View, t: Tracked, quota_off: bool) -> CpusetUpdate:
@@ -52,6 +63,6 @@ def reply_updates(node: NodeState, cgroup_writes: bool, exclude: str = "") -> li
         via_reply.discard(cid)
         text = texts.get(desired) or texts.setdefault(desired, (str(desired[0]), mems_text(desired[1])))
         # riding on another container's reply: containerd logs a failed one and goes on; say so
-        updates.append(CpusetUpdate(cid, *text, ignore_failure=True))
+        updates.append(CpusetUpdate(cid, *text, cpu_quota=quota_back(node.state, t), ignore_failure=True))
         told[cid] = node.recorded[cid] = desired
     return updates

@@ -35,7 +35,7 @@ from .intent import GUARANTEED, cpu_limit_milli, shares_to_milli
 from .lifecycle import pending_updates, release_seeded
 from .rebuild import note_unreadable, rebuild
 from .records import Tracked
-from .reply_updates import cpu_update
+from .reply_updates import UNLIMITED, cpu_update
 
 if TYPE_CHECKING:
     from .node import NodeCore, Reply
@@ -94,7 +94,7 @@ def update_container(core: NodeCore, event: UpdateContainer) -> Reply:
     if isinstance(outcome, Refusal):
         return outcome  # runc update does not run: the container keeps its quota too
     if cpu.quota.value:  # the kubelet's new quota (limit x period): a reply leaves it unless exclusive
-        t.cfs_quota = int(cpu.quota.value)
+        t.cfs_quota, t.quota_removed = int(cpu.quota.value), False
     if outcome:
         return core.park_until_pass(outcome, lambda late: _reply(core, t, True), "UpdateContainer")
     return _reply(core, t, True)
@@ -183,8 +183,10 @@ def _reply(core: NodeCore, t: Tracked, resized: bool) -> Reply:
     if not (resized and t.started and core.cgroup_writes):
         node.told[t.container_id] = (desired, mems)
     node.recorded[t.container_id] = (desired, mems)  # the runtime stores the set it applies
-    # an exclusive container's update removes its quota again (the kubelet's request carries one)
+    # an exclusive container's update removes its quota again (the kubelet's request carries one); one
+    # demoted from exclusive (pod_level.demote) carries the kubelet's back (containerd's record holds -1)
     mine = cpu_update(t.container_id, desired, mems, core.quotas.container_quota(t))
+    t.quota_removed |= mine.cpu_quota == UNLIMITED
     return UpdatesReply((mine, *pending_updates(core, exclude=t.container_id)))
 
 
