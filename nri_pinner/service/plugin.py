@@ -49,6 +49,7 @@ from .cpuset_writer import CpusetWriter, unwritable
 from .metrics import Metrics
 from .nic_lookup import NicLookup
 from .podresources_client import PodResources
+from .qos_slices import qos_slices_apply
 from .request_intake import Intake
 from .systemd_units import SystemdUnits
 from .timers import Timers
@@ -91,7 +92,8 @@ class PinnerPlugin:
         if why:
             log.warning("cgroup writes off: pool changes travel as NRI updates in the replies", reason=why)
             self.writer = None
-        self.core = NodeCore(settings, engine, metrics, prior_checkpoint, cgroup_writes=self.writer is not None)
+        self.core = NodeCore(settings, engine, metrics, prior_checkpoint, cgroup_writes=self.writer is not None,
+                             qos_slices=qos_slices_apply(rec.systemd_pool_on_qos_slices, self.writer))
         self.podresources = podresources
         if podresources is not None:  # init/app roles from the kubelet's List, delivered on the node thread
             podresources.deliver = self._podresources_listed
