@@ -28,12 +28,14 @@ from collections.abc import Callable
 
 import structlog
 
+from ..config import ReconcileSettings
 from .cgroup_paths import CgroupError
 from .core.effects import WriteCgroups
 from .core.events import CgroupsWritten, PodQuotaResult, SliceResult, WriteResult
-from .cpuset_writer import CpusetWriter
-from .qos_slices import SlicePass
+from .cpuset_writer import CpusetWriter, unwritable
+from .qos_slices import SlicePass, qos_slices_apply
 from .quota_writer import PodQuotas
+from .systemd_units import SystemdUnits
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -42,6 +44,18 @@ def background_priority() -> None:
     """Run this thread at nice 10 (Linux: per-thread nice by tid)."""
     with contextlib.suppress(OSError, AttributeError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+
+
+def cgroup_writer(rec: ReconcileSettings) -> tuple[CpusetWriter | None, tuple[str, ...] | None]:
+    """The writer the settings ask for (None: cgroup writes off, asked or found: a read-only tree), and the
+    QoS slices that hold the shared pool (None: not held there; qos_slices.py)."""
+    units = SystemdUnits(rec.systemd_bus, rec.systemd_timeout_seconds) if rec.systemd_bus else None
+    writer = CpusetWriter(rec.cgroup_root, rec.cgroup_v1_skip_rebuilds, units) if rec.cgroup_writes else None
+    why = unwritable(rec.cgroup_root) if writer is not None else ""
+    if why:
+        log.warning("cgroup writes off: pool changes travel as NRI updates in the replies", reason=why)
+        writer = None
+    return writer, qos_slices_apply(rec.systemd_pool_on_qos_slices, writer)
 
 
 def failed_pass(work: WriteCgroups, why: str) -> tuple[list[WriteResult], list[SliceResult]]:
