@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -103,6 +103,9 @@ class ReconcileSettings:
     cgroup_v1_skip_rebuilds: bool = True  # v1: clear written containers' cpuset.sched_load_balance
     systemd_bus: str = "/run/systemd/private"  # systemd scopes told their written cpusets; "" = off
     systemd_timeout_seconds: float = 0.5  # one pass's wait for systemd's answers
+    # cgroup v2 + systemd driver: the shared pool held on the Burstable/BestEffort QoS slices, so a pool change
+    # is a constant number of systemd calls (docs/systemd-pool-design.md)
+    systemd_pool_on_qos_slices: bool = False
     runtime_record_quiet_seconds: float = 1.0  # pool quiet this long: update the runtime's stale records; 0 = off
 
 
@@ -354,7 +357,12 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
                                       _seconds_problem(0.01, 10)),
         runtime_record_quiet_seconds=r.get("runtime_record_quiet_seconds", float, rd.runtime_record_quiet_seconds,
                                            off_or_seconds_problem(0.1, 3600)),
+        systemd_pool_on_qos_slices=r.get("systemd_pool_on_qos_slices", bool, rd.systemd_pool_on_qos_slices),
     )
+    if rec.systemd_pool_on_qos_slices and not (rec.cgroup_writes and rec.systemd_bus):
+        r.report("systemd_pool_on_qos_slices", "needs reconcile.cgroup_writes = true and a reconcile.systemd_bus: the "
+                 "QoS slices hold the pool only while systemd holds it too (docs/systemd-pool-design.md)")
+        rec = replace(rec, systemd_pool_on_qos_slices=False)
     r.done()
 
     r = _section(root, "state")

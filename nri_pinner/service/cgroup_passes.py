@@ -12,8 +12,9 @@ Two threads, never writing at once (the core has one pass in flight): a backgrou
 for settled passes, so on a busy node the runtime's own work for the event (runc, the shim) goes
 first, and one at normal priority for a pass a reply waits for (waking a nice-10 thread on a busy
 node was most of a StartContainer's wait). Each pass tells systemd first (its scopes then hold the
-new sets, and a re-application in between writes the new set, never a stale one), then writes; its
-results go back to the core as `CgroupsWritten` on the node thread's queue. A container whose write
+new sets, and a re-application in between writes the new set, never a stale one), then writes — with
+`reconcile.systemd_pool_on_qos_slices`, between the QoS slices' narrowing and widening steps
+(qos_slices.py); its results go back to the core as `CgroupsWritten` on the node thread's queue. A container whose write
 fails is left to the next reply's NRI update (counted in `CpusetWriter.counts.failed`).
 """
 
@@ -27,11 +28,14 @@ from collections.abc import Callable
 
 import structlog
 
+from ..config import ReconcileSettings
 from .cgroup_paths import CgroupError
 from .core.effects import WriteCgroups
-from .core.events import CgroupsWritten, PodQuotaResult, WriteResult
-from .cpuset_writer import CpusetWriter
+from .core.events import CgroupsWritten, PodQuotaResult, SliceResult, WriteResult
+from .cpuset_writer import CpusetWriter, unwritable
+from .qos_slices import SlicePass, qos_slices_apply
 from .quota_writer import PodQuotas
+from .systemd_units import SystemdUnits
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -40,6 +44,27 @@ def background_priority() -> None:
     """Run this thread at nice 10 (Linux: per-thread nice by tid)."""
     with contextlib.suppress(OSError, AttributeError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+
+
+def cgroup_writer(rec: ReconcileSettings) -> tuple[CpusetWriter | None, tuple[str, ...] | None]:
+    """The writer the settings ask for (None: cgroup writes off, asked or found: a read-only tree), and the
+    QoS slices that hold the shared pool (None: not held there; qos_slices.py)."""
+    units = SystemdUnits(rec.systemd_bus, rec.systemd_timeout_seconds) if rec.systemd_bus else None
+    writer = CpusetWriter(rec.cgroup_root, rec.cgroup_v1_skip_rebuilds, units) if rec.cgroup_writes else None
+    why = unwritable(rec.cgroup_root) if writer is not None else ""
+    if why:
+        log.warning("cgroup writes off: pool changes travel as NRI updates in the replies", reason=why)
+        writer = None
+    return writer, qos_slices_apply(rec.systemd_pool_on_qos_slices, writer)
+
+
+def failed_pass(work: WriteCgroups, why: str) -> tuple[list[WriteResult], list[SliceResult]]:
+    """A pass that raised: every container in it failed (its NRI update rides on the next reply, with the
+    pool for those below a QoS slice), every slice unconfirmed."""
+    results = [WriteResult(i.container_id, i.cpus, i.mems, error=why) for i in work.items]
+    for s in work.slices:
+        results += [WriteResult(k.container_id, s.cpus, k.mems, error=why) for k in s.children]
+    return results, [SliceResult(s.unit, s.cpus, error=why) for s in work.slices]
 
 
 class PassRunner:
@@ -83,11 +108,12 @@ class PassRunner:
             if self._unclaimed.pop(work.pass_id, None) is None:
                 continue  # expedited: the other thread ran it
             try:
-                results = self.run(work)
+                results, slices = self.run(work)
             except Exception as exc:  # the pass must report whatever it meets, or the core waits forever
                 log.error("cgroup pass failed", error=repr(exc))
-                results = [WriteResult(i.container_id, i.cpus, i.mems, error=repr(exc)) for i in work.items]
-            self.report(CgroupsWritten(work.pass_id, results, self.run_quotas(work)))
+                results, slices = failed_pass(work, repr(exc))
+                self.writer.counts.failed += len(results)  # each rides on the next reply as an NRI update
+            self.report(CgroupsWritten(work.pass_id, results, self.run_quotas(work), slices))
 
     def run_quotas(self, work: WriteCgroups) -> list[PodQuotaResult]:
         """The pass's pod cgroups without a CFS quota (or with theirs back), after its cpusets (no cpuset
@@ -98,13 +124,17 @@ class PassRunner:
             log.error("pod quota writes failed", error=repr(exc))
             return [PodQuotaResult(q.pod_key, q.name, error=repr(exc), quota=q.quota) for q in work.quotas]
 
-    def run(self, work: WriteCgroups) -> list[WriteResult]:
-        """One pass's cpusets, in the order given (narrowing first); returns each container's result.
-        The pods' quotas (`work.quotas`) follow them (`run_quotas`)."""
+    def run(self, work: WriteCgroups) -> tuple[list[WriteResult], list[SliceResult]]:
+        """One pass's cpusets, in the order given (narrowing first), between the QoS slices' narrowing and
+        widening steps (qos_slices.py); returns each container's and each slice's result. The pods'
+        quotas (`work.quotas`) follow them (`run_quotas`)."""
         writer = self.writer
         if len(writer.files) > len(work.live):  # some went away: close their cgroup files
             writer.retain(work.live)
-        untold = writer.tell_systemd((i.cgroups_path, i.cpus, i.mems) for i in work.items)
+        held = SlicePass(writer, work.slices)
+        untold = writer.tell_systemd(((i.cgroups_path, i.cpus, i.mems) for i in work.items),
+                                     slices=held.narrowing_calls())
+        held.narrow(untold)
         results = []
         for i in work.items:
             try:
@@ -113,5 +143,6 @@ class PassRunner:
                 results.append(WriteResult(i.container_id, i.cpus, i.mems, error=str(exc)))
                 continue
             results.append(WriteResult(i.container_id, i.cpus, i.mems, untold=untold.get(i.cgroups_path, "")))
+        below, slices = held.finish()
         self.passes += 1
-        return results
+        return results + below, slices

@@ -48,6 +48,8 @@ class WriteCounts:
     pod_quotas: int = 0  # pod cgroups whose CFS quota was removed (quota_writer.py)
     pod_quotas_restored: int = 0  # ... put back (a pod demoted for pod-level resources)
     pod_quota_failed: int = 0  # ... not written, either way (retried at the next check)
+    qos_slices: int = 0  # QoS slice cpusets written (reconcile.systemd_pool_on_qos_slices, qos_slices.py)
+    qos_slice_failed: int = 0  # ... not written: the containers below it are written one by one
 
 
 def _read_text(path: str) -> str:
@@ -268,8 +270,20 @@ class CpusetWriter:
             nodes = self._node_sets[mems] = CPUSet(mems)
         return nodes
 
+    def apply_slice(self, path: str, cpus: CPUSet, known: CPUSet | None) -> None:
+        """A QoS slice's `cpuset.cpus` (`path` below the hierarchy's root; qos_slices.py), its mems left
+        alone; `known`: what it holds (None: read it). Opened and closed each time: a pass writes two."""
+        try:
+            self._apply(self._dir(path), cpus, None, known, None, keep=False)
+        except (CgroupError, CPUSetError) as exc:
+            self.counts.qos_slice_failed += 1
+            self._dirs.pop(path, None)
+            self._base = self._v1 = None
+            raise CgroupError(str(exc)) from exc
+        self.counts.qos_slices += 1
+
     def _apply(self, top: str, cpus: CPUSet, mems: CPUSet | None, known_cpus: CPUSet | None,
-               known_mems: CPUSet | None) -> None:
+               known_mems: CPUSet | None, keep: bool = True) -> None:
         children: list[str] | None = None  # looked up once, only when something narrows
         for name, value, known in ((CPUS, cpus, known_cpus), (MEMS, mems, known_mems)):
             if value is None:
@@ -287,11 +301,11 @@ class CpusetWriter:
             if self.skip_v1_rebuilds and self.v1:
                 self._skip_rebuilds(top)
             if not value.issubset(current):  # widen first (through the union when CPUs also go)
-                self._put(path, current | value)
+                self._put(path, current | value, keep)
             if not current.issubset(value):  # then narrow: nested cgroups deepest first, the container last
                 if children is None:
                     try:  # almost no container nests cpusets: try the container alone, look only on refusal
-                        self._put(path, value)
+                        self._put(path, value, keep)
                         continue
                     except CgroupError:
                         children = _nested(top) if self.v1 else []
@@ -303,7 +317,7 @@ class CpusetWriter:
                     have = _parse(child_path, _read_text(child_path))
                     if not have.issubset(value):
                         self._put(child_path, (have & value) or value, keep=False)
-                self._put(path, value)
+                self._put(path, value, keep)
 
     def _put(self, path: str, value: CPUSet, keep: bool = True) -> None:
         self.files.write(path, self._text(value), keep)
@@ -330,15 +344,20 @@ class CpusetWriter:
         except CgroupError:
             pass
 
-    def tell_systemd(self, items: Iterable[tuple[str, CPUSet, Mems]]) -> dict[str, str]:
+    def tell_systemd(self, items: Iterable[tuple[str, CPUSet, Mems]],
+                     slices: Iterable[tuple[str, CPUSet]] = ()) -> dict[str, str]:
         """Before writing: have systemd hold (cgroups path, cpus, mems) for each container that runs in
         a systemd scope, so its re-applications write the same (systemd_units.py). Returns
         {cgroups path: why} for those it could not confirm; containers outside systemd units are
-        not asked about. All calls of one pass go out together."""
+        not asked about. `slices`: (slice unit, cpus) told `AllowedCPUs` alone (qos_slices.py), their
+        failures keyed by the unit. All calls of one pass go out together."""
         if self.units is None:
             return {}
         by_unit: dict[str, str] = {}
         calls: list[tuple[str, CPUSet, CPUSet | None]] = []
+        for slice_unit, cpus in slices:
+            by_unit[slice_unit] = slice_unit
+            calls.append((slice_unit, cpus, None))
         for path, cpus, mems in items:
             unit = scope_unit(path)
             if unit is not None:

@@ -25,7 +25,7 @@ from ..engine.devicemanager.podresources import PodResourcesView
 from ..nri.gen import api_pb2 as api
 from ..nri.handlers import CreateReply, Deferred, UpdatesReply
 from ..nri.stub_handlers import HandlerThread
-from .cgroup_passes import PassRunner
+from .cgroup_passes import PassRunner, cgroup_writer
 from .cgroup_paths import CgroupError
 from .checkpoint_writer import CheckpointWriter
 from .core import events as ev
@@ -45,12 +45,10 @@ from .core.node import NodeCore, Outcome
 from .core.records import NodeState, Told, View
 from .core.reply_updates import cpu_update, view_update
 from .core.resizing import adoptable, is_resize
-from .cpuset_writer import CpusetWriter, unwritable
 from .metrics import Metrics
 from .nic_lookup import NicLookup
 from .podresources_client import PodResources
 from .request_intake import Intake
-from .systemd_units import SystemdUnits
 from .timers import Timers
 
 if TYPE_CHECKING:
@@ -84,14 +82,9 @@ class PinnerPlugin:
         self.intake = Intake(settings)  # device and memory requests for those providers
         self.intake.podresources = podresources
         self.checkpoints = CheckpointWriter(settings.state.checkpoint)
-        rec = settings.reconcile
-        units = SystemdUnits(rec.systemd_bus, rec.systemd_timeout_seconds) if rec.systemd_bus else None
-        self.writer = CpusetWriter(rec.cgroup_root, rec.cgroup_v1_skip_rebuilds, units) if rec.cgroup_writes else None
-        why = unwritable(rec.cgroup_root) if self.writer is not None else ""
-        if why:
-            log.warning("cgroup writes off: pool changes travel as NRI updates in the replies", reason=why)
-            self.writer = None
-        self.core = NodeCore(settings, engine, metrics, prior_checkpoint, cgroup_writes=self.writer is not None)
+        self.writer, slices = cgroup_writer(settings.reconcile)  # None: writes off; slices: qos_slices.py
+        self.core = NodeCore(settings, engine, metrics, prior_checkpoint, cgroup_writes=self.writer is not None,
+                             qos_slices=slices)
         self.podresources = podresources
         if podresources is not None:  # init/app roles from the kubelet's List, delivered on the node thread
             podresources.deliver = self._podresources_listed

@@ -16,7 +16,7 @@ Cost: one D-Bus call per changed scope, all of a pass sent at once and their rep
 together (no wait between calls; systemd still handles them one by one). Default bus: systemd's private socket
 `/run/systemd/private` — a direct connection that needs no dbus-daemon and on which systemd grants
 root callers without polkit (the system bus socket works too: Hello is sent there).
-Failures (no socket, a refused or late call) are reported per unit; the caller then falls back
+Failures (no socket, a refused or late call, a malformed answer) are reported per unit; the caller then falls back
 as for a failed cgroup write (an NRI update in the next reply: runc sets the properties then).
 The bus code is sans-I/O where it can be (jeepney's message builder and parser); the socket is
 driven here with a deadline.
@@ -133,7 +133,9 @@ class SystemdUnits:
             sock = self._connect()
             pending = self._send(sock, calls)
             failed = self._collect(sock, pending)
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # jeepney's parser raises KeyError & co. on a malformed message
+            # every call of the pass failed (the caller's direct writes still go ahead); a new connection
+            # next time, whatever the stream held
             self._drop(f"{type(exc).__name__}: {exc}")
             failed = {unit: self.last_error for unit, _ in calls}
         return failed

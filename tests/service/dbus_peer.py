@@ -1,7 +1,7 @@
 """A stand-in for systemd's private D-Bus socket, for host tests: systemd cannot run as PID 1 on this
 machine (tests/vm proves the real one in a guest). It speaks the wire protocol for real (EXTERNAL
 auth, jeepney's message parser) and answers each call as `answer` says: None = success, a string =
-that D-Bus error name, "silence" = no reply."""
+that D-Bus error name, "silence" = no reply, "garbage" = bytes that are no D-Bus message."""
 
 from __future__ import annotations
 
@@ -73,6 +73,9 @@ class DBusPeer:
         self.calls.append((member, unit, runtime, props))
         verdict = self.answer(unit, props)
         if verdict == "silence":
+            return
+        if verdict == "garbage":  # not D-Bus at all
+            conn.sendall(b"x" * 64)
             return
         reply = (new_method_return(msg) if verdict is None
                  else new_error(msg, verdict, "s", (f"refused {unit}",)))

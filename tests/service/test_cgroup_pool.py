@@ -129,7 +129,7 @@ async def test_a_pass_closes_the_cgroup_files_of_containers_that_went_away(workd
         assert health["cgroup_writes"] == {"containers": 3, "writes": 3, "nested": 0, "failed": 0,
                                            "balance_cleared": 0, "unit_calls": 0, "unit_failed": 0,
                                            "pod_quotas": 0, "pod_quotas_restored": 0, "pod_quota_failed": 1,
-                                           "open_files": 1}
+                                           "qos_slices": 0, "qos_slice_failed": 0, "open_files": 1}
         scraped = generate_latest(r.svc.metrics.registry).decode()
         assert 'nri_pinner_cgroup_writes_total{kind="containers"} 3.0' in scraped
         assert 'nri_pinner_cgroup_writes_total{kind="failed"} 0.0' in scraped

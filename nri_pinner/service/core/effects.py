@@ -33,16 +33,32 @@ class PodQuotaItem:
 
 
 @dataclass(frozen=True)
+class SliceItem:
+    """A QoS slice that holds the shared pool for the shared containers below it (core/qos_slices.py):
+    systemd told and the cgroup written, narrowing before the pass's items and widening after them; then
+    its `children`, whose own cgroups get the wide set (`PassItem.cpus`) when the slice is confirmed to
+    hold no more than the pool, else the pool itself (`cpus`: the per-scope fallback)."""
+
+    unit: str  # kubepods-burstable.slice
+    path: str  # its cgroup, below the hierarchy's root: /kubepods.slice/kubepods-burstable.slice
+    cpus: CPUSet  # the shared pool
+    known: CPUSet | None  # what systemd and the cgroup were last confirmed to hold (None: unknown)
+    children: tuple[PassItem, ...]  # every started shared container below it (the fallback needs them all)
+
+
+@dataclass(frozen=True)
 class WriteCgroups:
     """One pass: write these cgroups in this order (narrowing first), tell systemd first; reply with
     `CgroupsWritten(pass_id, ...)`. ``urgent``: a reply waits for it (run it at normal priority).
-    ``quotas``: pod cgroups to leave without a CFS quota (or to give theirs back), after the cpusets."""
+    ``quotas``: pod cgroups to leave without a CFS quota (or to give theirs back), after the cpusets.
+    ``slices``: QoS slices holding the pool, and the containers below them (`SliceItem`)."""
 
     pass_id: int
     items: tuple[PassItem, ...]
     live: tuple[str, ...]  # cgroups paths of every started container (close the others' files)
     urgent: bool
     quotas: tuple[PodQuotaItem, ...] = ()
+    slices: tuple[SliceItem, ...] = ()
 
 
 @dataclass(frozen=True)

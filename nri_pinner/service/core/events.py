@@ -106,10 +106,21 @@ class PodQuotaResult:
 
 
 @dataclass(frozen=True)
+class SliceResult:
+    """A QoS slice a pass set to the shared pool (core/qos_slices.py)."""
+
+    unit: str
+    cpus: CPUSet  # the set it was asked to hold
+    error: str = ""  # a cgroup write failed
+    untold: str = ""  # systemd did not confirm a step (it may put another set back)
+
+
+@dataclass(frozen=True)
 class CgroupsWritten:
     pass_id: int
     results: Sequence[WriteResult]
     quotas: Sequence[PodQuotaResult] = ()
+    slices: Sequence[SliceResult] = ()
 
 
 @dataclass(frozen=True)

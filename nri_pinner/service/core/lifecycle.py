@@ -110,6 +110,8 @@ def start(core: NodeCore, event: StartContainer) -> Reply:
     exclusive = a is not None and a.exclusive
     if core.cgroup_writes and node.told.get(t.container_id) != node.desired(t):
         core.passes.want(node.generation)  # its own cgroup lags (the pool changed since its create)
+    elif core.cgroup_writes and (node.told.get(t.container_id) != core.slices.own(t) or core.slices.lags(t)):
+        core.passes.lagging()  # below a QoS slice: its cgroup gets the wide set (core/qos_slices.py)
     if not core.cgroup_writes or not exclusive:
         return None
     # A pass begun after this container got its CPUs narrowed every started neighbour; later

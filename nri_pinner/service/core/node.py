@@ -51,6 +51,7 @@ from .events import (
     WriteResult,
 )
 from .passes import PassBook
+from .qos_slices import QosSlices
 from .records import NodeState
 from .runtime_records import RETRY_TIMER as RECORDS_RETRY_TIMER
 from .runtime_records import TIMER as RECORDS_TIMER
@@ -71,7 +72,7 @@ class Outcome:
 
 class NodeCore:
     def __init__(self, settings: Settings, engine: Engine, metrics: Metrics, prior: Mapping[str, Any] | None = None,
-                 cgroup_writes: bool = True) -> None:
+                 cgroup_writes: bool = True, qos_slices: Sequence[str] | None = None) -> None:
         self.settings, self.metrics = settings, metrics
         self.node = NodeState(engine, engine.initial_state())
         self.cgroup_writes = cgroup_writes
@@ -83,6 +84,9 @@ class NodeCore:
         self.records = RecordSync(self, settings.reconcile.runtime_record_quiet_seconds)
         self.drift_batches: list[repairs.DriftBatch] = []  # drift repairs a pass is writing
         self.quotas = quotas.QuotaBook(self)  # pods' cgroups left without a CFS quota
+        # the shared pool held on the QoS slices (cgroup v2, systemd driver): None = not, else the QoS slices
+        # the edge found (more are learnt from containers' cgroups paths)
+        self.slices = QosSlices(self, qos_slices is not None and cgroup_writes, qos_slices or ())
         self.effects: list[Effect] = []  # of the event being handled
         self.node.publish()
 

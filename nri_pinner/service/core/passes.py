@@ -94,6 +94,14 @@ class PassBook:
             self.settle = name
             self.core.effects.append(ArmTimer(name, WIDEN_SETTLE_SECONDS if widen else SETTLE_SECONDS))
 
+    def lagging(self) -> None:
+        """A started container's cgroup lags behind what it is to hold with no change since the last pass
+        asked for (a container below a QoS slice: core/qos_slices.py): a new generation asks for one."""
+        node = self.core.node
+        if self.wanted >= node.generation:
+            node.publish()
+        self.want(node.generation)
+
     def new_token(self) -> int:
         self._ids += 1
         return self._ids
@@ -143,21 +151,29 @@ class PassBook:
         shared: Told | None = None
         work: list[PassItem] = []
         live: list[str] = []
+        slices = self.core.slices  # the pool held on the QoS slices: their containers hold the wide set
+        wide = slices.wide() if slices.enabled else pool
+        below: dict[str, list[PassItem]] = {}
         for t in node.containers.values():
             if t.started and not t.stopped:
                 live.append(t.cgroups_path)
                 a = state.assignments.get(t.key)
-                if per_container or (a is not None and a.exclusive):
+                exclusive = a is not None and a.exclusive
+                if per_container or exclusive:
                     cpus, mems = node.desired(t)
                 else:
                     if shared is None:
                         shared = node.desired(t)
                     cpus, mems = shared
                 known = told.get(t.container_id)
-                if known != (cpus, mems):
+                unit = slices.slice_of(t, exclusive) if slices.enabled else None
+                if unit is not None:  # the slice's step decides wide or pool (service/qos_slices.py)
+                    below.setdefault(unit, []).append(PassItem(t.container_id, t.cgroups_path, wide, mems, known))
+                elif known != (cpus, mems):
                     work.append(PassItem(t.container_id, t.cgroups_path, cpus, mems, known))
         quotas = self.core.quotas.due()
-        if not work and not quotas:  # nothing to write: this pass is over before it began
+        held = slices.items(below, pool) if slices.enabled else ()
+        if not work and not quotas and not held:  # nothing to write: this pass is over before it began
             self._finished(generation, pool)
             return
         # narrowing writes first, the shared pool's before the others (a resize: README "Resize")
@@ -165,7 +181,7 @@ class PassBook:
         pass_id = self.new_token()
         urgent = urgent or bool(self.waiters)
         self.in_flight = _InFlight(pass_id, generation, pool, urgent)
-        self.core.effects.append(WriteCgroups(pass_id, tuple(work), tuple(live), urgent, quotas))
+        self.core.effects.append(WriteCgroups(pass_id, tuple(work), tuple(live), urgent, quotas, held))
 
     def written(self, event: CgroupsWritten) -> Reply:
         flight = self.in_flight
@@ -189,7 +205,7 @@ class PassBook:
                 node.told[r.container_id] = (r.cpus, r.mems)
         self.in_flight = None
         self.core.quotas.written(event.quotas)
-        failed = any(r.error or r.untold for r in event.results)
+        failed = self.core.slices.written(event.slices) or any(r.error or r.untold for r in event.results)
         self._finished(flight.generation, None if failed else flight.pool, event)
         if self.wanted > self.done:
             if self.waiters:

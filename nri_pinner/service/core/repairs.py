@@ -25,6 +25,7 @@ from ...engine.cpuset import CPUSet
 from ...engine.qos import QoS
 from .effects import Park
 from .events import CpusetsRead, RuntimeRepaired, TopologyChanged, WriteResult
+from .qos_slices import PROBE_PREFIX
 from .records import Mems
 
 if TYPE_CHECKING:
@@ -58,9 +59,11 @@ class DriftBatch:
 
 
 def probes(core: NodeCore) -> Reply:
-    """The cgroups to read: those of the started containers (module doc)."""
-    return [DriftProbe(t.container_id, t.key[1], t.cgroups_path)
-            for t in core.node.containers.values() if t.started and not t.stopped and t.cgroups_path]
+    """The cgroups to read: those of the started containers (module doc), and the QoS slices that hold the
+    pool (core/qos_slices.py)."""
+    return [*(DriftProbe(t.container_id, t.key[1], t.cgroups_path)
+              for t in core.node.containers.values() if t.started and not t.stopped and t.cgroups_path),
+            *(DriftProbe(*probe) for probe in core.slices.probes())]
 
 
 def drifts(core: NodeCore, event: CpusetsRead) -> Reply:
@@ -68,13 +71,18 @@ def drifts(core: NodeCore, event: CpusetsRead) -> Reply:
     the container), each with how it is repaired; parked while a pass writes the cgroup ones."""
     node = core.node
     batch = DriftBatch(0)
+    slices = core.slices
+    retry = slices.due()  # a slice not confirmed since its last pass: its pass is tried again now
     for cid, actual in event.actual.items():
+        if cid.startswith(PROBE_PREFIX):
+            retry = slices.drifted(cid, actual) or retry
+            continue
         t = node.containers.get(cid)
         # whatever the edge read: a container not started (a Synchronize since the probe may have
         # replaced its record) is no drift (module doc)
         if t is None or t.stopped or not t.started:
             continue
-        desired, mems = node.desired(t)
+        desired, mems = slices.own(t)
         if actual == desired:
             continue
         d = Drift(cid, t.key[1], actual, desired, mems, node.generation)
@@ -83,6 +91,9 @@ def drifts(core: NodeCore, event: CpusetsRead) -> Reply:
             batch.pending[cid] = d
         else:
             batch.results.append((d, "runtime"))
+    if retry and not batch.pending:
+        node.publish()  # a new generation: the pass it asks for is due
+        core.passes.want(node.generation)
     if not batch.pending:
         return batch.results
     node.publish()

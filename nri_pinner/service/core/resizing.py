@@ -180,8 +180,11 @@ def _reply(core: NodeCore, t: Tracked, resized: bool) -> Reply:
     passes, whose ordered pass writes it."""
     node = core.node
     desired, mems = node.desired(t)
-    if not (resized and t.started and core.cgroup_writes):
+    held = t.started and core.slices.holds(t)  # below a QoS slice: runc writes the pool, a pass the wide set after
+    if held or not (resized and t.started and core.cgroup_writes):
         node.told[t.container_id] = (desired, mems)
+        if held:
+            core.passes.lagging()
     node.recorded[t.container_id] = (desired, mems)  # the runtime stores the set it applies
     # an exclusive container's update removes its quota again (the kubelet's request carries one); one
     # demoted from exclusive (pod_level.demote) carries the kubelet's back (containerd's record holds -1)

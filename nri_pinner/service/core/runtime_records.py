@@ -126,10 +126,10 @@ class RecordSync:
 
     # -- which one ---------------------------------------------------------------------------------
     def _next(self) -> RecordItem | None:
-        node = self.core.node
+        node, slices = self.core.node, self.core.slices
         for t in node.containers.values():
             cid = t.container_id
-            if not t.started or t.stopped or not t.cgroups_path or cid in node.via_reply:
+            if not t.started or t.stopped or not t.cgroups_path or cid in node.via_reply or slices.holds(t):
                 continue
             desired = node.desired(t)
             if node.recorded.get(cid) == desired or self.failed.get(cid) == node.generation:
@@ -139,7 +139,7 @@ class RecordSync:
 
     def stale(self) -> int:
         """How many started containers' records disagree with their cgroups (status, tests)."""
-        node = self.core.node
+        node, slices = self.core.node, self.core.slices
         return sum(1 for t in node.containers.values()
-                   if t.started and not t.stopped and t.cgroups_path
+                   if t.started and not t.stopped and t.cgroups_path and not slices.holds(t)
                    and node.recorded.get(t.container_id) != node.desired(t))
