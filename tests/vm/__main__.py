@@ -12,7 +12,20 @@ import sys
 from collections.abc import Sequence
 
 from . import soak
-from .guest import DRIVERS, RUNS_DIR, TOPOLOGIES, VMError, boot, boot_lock, build_image, make_overlay, qemu_command
+from .guest import (
+    DRIVERS,
+    REPO,
+    RUNS_DIR,
+    TOPOLOGIES,
+    VMError,
+    boot,
+    boot_lock,
+    build_image,
+    make_overlay,
+    qemu_command,
+)
+from .prepare_deb import prepare as prepare_deb
+from .prepare_deb import prepare_cri_stubs
 
 
 def shell(topology: str) -> int:
@@ -39,13 +52,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("topology", choices=sorted(TOPOLOGIES))
     run.add_argument("driver", choices=DRIVERS)
     run.add_argument("parts", nargs="*", help="default: all of tests/vm/parts")
+    run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                     help="an environment variable for the parts (e.g. BENCH_START=1, PART_TIMEOUT=1800)")
     sh = sub.add_parser("shell", help="interactive root shell in the guest (Ctrl-a x quits)")
     sh.add_argument("topology", nargs="?", default="2s2c2t", choices=sorted(TOPOLOGIES))
     sub.add_parser("soak", help="boot many times and count kernel faults (python -m tests.vm soak --help)")
     args = parser.parse_args(args_in)
     if args.command == "shell":
         return shell(args.topology)
-    result = boot(args.topology, args.driver, args.parts or None)
+    env = {}
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--env {item!r}: KEY=VALUE")
+        env[key] = value
+    if not args.parts or "40-deb-unit" in args.parts:
+        prepare_deb(REPO)  # the .deb part 40 installs (it stages the CRI proto too)
+    elif {"30-plugin-scenarios", "60-bench-start-latency"} & set(args.parts):
+        prepare_cri_stubs(REPO)  # their e2e harness needs the CRI proto
+    result = boot(args.topology, args.driver, args.parts or None, env=env)
     boot_text = "never" if result.boot_seconds is None else f"{result.boot_seconds:.1f} s"
     print(f"image {result.image_seconds:.1f} s, boot {boot_text}, total {result.seconds:.1f} s, "
           f"timed out: {result.timed_out}; results in {result.out}")

@@ -15,14 +15,15 @@ RUNTIMES = ("containerd-1.7", "containerd-2.1")
 # At least this many tests per runtime must pass (the part's selection may only grow): tests/e2e
 # by profile, tests/vm_guest by driver (the untold-systemd proof needs systemd scopes).
 E2E_MIN = {"ci": 0, "long": 13}
-GUEST_MIN = {"systemd": 6, "cgroupfs": 5}
+GUEST_MIN = {"systemd": 7, "cgroupfs": 5}
 GUEST_TESTS = ("test_guaranteed_container_on_node1_gets_node1_memory",
                "test_single_numa_node_refuses_a_request_spanning_nodes",
                "test_init_cpus_reused_by_the_sidecar_and_the_app_gets_its_own",
                "test_no_shared_sample_on_an_exclusive_cpu_while_systemd_reapplies",
                "test_preinstalled_pins_and_systemd_holds_the_shared_pool",
                "test_a_created_container_is_not_checked_for_drift_until_it_starts")
-SYSTEMD_ONLY = ("test_without_telling_systemd_its_reapplications_put_shared_containers_back",)
+SYSTEMD_ONLY = ("test_without_telling_systemd_its_reapplications_put_shared_containers_back",
+                "test_no_shared_sample_on_an_exclusive_cpu_with_the_pool_on_the_qos_slices")
 WINDOW_TRIGGERS = {"systemd": {"create", "churn", "qos-slices", "pod-slices", "daemon-reload", "sibling-update",
                                "own-scope", "started-in-pod"},
                    "cgroupfs": {"create", "churn", "sibling-update"}}
@@ -138,4 +139,14 @@ def test_window_sampler_figures(node_vm: Any) -> None:
             assert untold["per_trigger"]["own-scope"]["violations"] > 0, untold["per_trigger"]
             lines.append(f"{runtime} untold: " + ", ".join(
                 f"{t} {e['violations']}/{e['samples']}" for t, e in untold["per_trigger"].items()))
+            # issue 45: the pool on the QoS slices, effective sets sampled (the guest test asserts the same)
+            slices = figures.get(f"window-qos-slices-{runtime}")
+            assert slices is not None, sorted(figures)
+            assert set(slices["per_trigger"]) == WINDOW_TRIGGERS[driver], sorted(slices["per_trigger"])
+            assert all(e["samples"] > 0 for e in slices["per_trigger"].values()), slices["per_trigger"]
+            assert slices["violations"] == 0, slices["per_trigger"]
+            writes = slices["cgroup_writes"]
+            lines.append(f"{runtime} qos-slices: {slices['samples_in_windows']} samples in windows, "
+                         f"{slices['violations']} violations, unit_calls {writes['unit_calls']}, unit_failed "
+                         f"{writes['unit_failed']}, qos_slices {writes['qos_slices']}")
     print("\nvm: window sampler " + "; ".join(lines))

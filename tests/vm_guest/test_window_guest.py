@@ -16,7 +16,10 @@ kubelet's systemd driver and runc make it do (docs/systemd-reapply.md):
 - started-in-pod: daemon-reload, then a container started in the shared pod
 
 Under the cgroupfs driver only churn and sibling-update apply (no units hold the pods). Sample and
-violation counts per trigger go to the part's figures. The second test is the proof the check can
+violation counts per trigger go to the part's figures. The third test runs the same sampler with the
+pool held on the QoS slices (`reconcile.systemd_pool_on_qos_slices`, docs/systemd-pool-design.md):
+there a shared container's own `cpuset.cpus` is the whole node by design, so it samples what the kernel
+enforces, `cpuset.cpus.effective`, beside `Cpus_allowed_list`. The second test is the proof the check can
 fail: with the plugin's systemd calls off (reconcile.systemd_bus = "") and its runtime record updates
 off (their runc update also sets the scope's AllowedCPUs), the own-scope and sibling-update triggers put
 a shared container back on an exclusive CPU.
@@ -111,17 +114,22 @@ class Window:
 
 
 class Scenario:
-    def __init__(self, runtime: PrivateContainerd, told: bool) -> None:
+    def __init__(self, runtime: PrivateContainerd, told: bool, qos_slices: bool = False) -> None:
         self.runtime = runtime
         self.told = told
+        self.qos_slices = qos_slices
         self.weight = 100
 
     def setup(self) -> None:
         rt = self.runtime
         # untold: the plugin's D-Bus calls off, direct cgroup writes only (the code before systemd_units);
         # the runtime record updates off too: their runc update sets the scope's AllowedCPUs as well
-        self.pinner = start_pinner(rt) if self.told else start_pinner(
-            rt, reconcile={"systemd_bus": "", "runtime_record_quiet_seconds": 0})
+        if self.qos_slices:
+            self.pinner = start_pinner(rt, reconcile={"systemd_pool_on_qos_slices": True})
+        elif self.told:
+            self.pinner = start_pinner(rt)
+        else:
+            self.pinner = start_pinner(rt, reconcile={"systemd_bus": "", "runtime_record_quiet_seconds": 0})
         # pod A: a sidecar (restartable init, created first as the kubelet does) and an app container
         self.pod_a = rt.run_pod("burstable", 250, 500, containers=0)
         res = resources_for("burstable", 250, 500, None, None)
@@ -163,7 +171,10 @@ class Scenario:
 
     def run(self, triggers: tuple[str, ...], rounds: int) -> dict[str, Any]:
         rt = self.runtime
-        files = {name: (rt._cpuset_file(cid), Path(f"/proc/{rt.container_pid(cid)}/status"))
+        # with the pool on the QoS slices a shared container's own set is the whole node: the kernel's
+        # effective set (own ∩ the slice's) is what must stay off exclusive CPUs
+        leaf = "cpuset.cpus.effective" if self.qos_slices else "cpuset.cpus"
+        files = {name: (rt._cpuset_file(cid).with_name(leaf), Path(f"/proc/{rt.container_pid(cid)}/status"))
                  for name, cid in self.watched.items()}
         sampler = Sampler(files)
         thread = threading.Thread(target=sampler.run, daemon=True)
@@ -204,7 +215,8 @@ class Scenario:
                             entry["examples"].append(f"{s.container} at +{s.began - w.opened:.2f}s: cgroup "
                                                      f"{s.cgroup!r}, allowed {s.allowed!r}, exclusive {w.cpus}")
         return {"runtime": self.runtime.version, "driver": "systemd" if systemd_driver() else "cgroupfs",
-                "told_systemd": self.told, "rounds": len(windows), "exclusive": [str(w.cpus) for w in windows],
+                "told_systemd": self.told, "qos_slices": self.qos_slices,
+                "rounds": len(windows), "exclusive": [str(w.cpus) for w in windows],
                 "samples_total": len(sampler.samples), "samples_in_windows": total,
                 "violations": sum(e["violations"] for e in per.values()), "per_trigger": per,
                 "sampler_errors": sampler.errors[:5]}
@@ -230,6 +242,35 @@ def test_no_shared_sample_on_an_exclusive_cpu_while_systemd_reapplies(containerd
     bad = {t: e for t, e in per.items() if e["violations"]}
     assert not bad, f"{figures['violations']} of {figures['samples_in_windows']} samples on an exclusive CPU: {bad}"
     assert not figures["sampler_errors"]
+    _check_still_pinned(containerd, scenario)
+
+
+def test_no_shared_sample_on_an_exclusive_cpu_with_the_pool_on_the_qos_slices(
+        containerd: PrivateContainerd) -> None:
+    """Issue 45's design under every trigger: the QoS slices hold the pool (told to systemd, then
+    written), the shared containers below them the whole node; 0 samples of an effective set or a
+    process on an exclusive CPU, every systemd call answered, and the slices back on the whole pool
+    afterwards."""
+    if not systemd_driver():
+        pytest.skip("cgroupfs driver: reconcile.systemd_pool_on_qos_slices applies to systemd-driver slices")
+    scenario = Scenario(containerd, told=True, qos_slices=True)
+    scenario.setup()
+    figures = scenario.run(SYSTEMD_TRIGGERS, ROUNDS)
+    health = scenario.pinner.status()["health"]["cgroup_writes"]
+    figures["cgroup_writes"] = health
+    record_figures(_figure_name("window-qos-slices", containerd), figures)
+    per = figures["per_trigger"]
+    starved = [t for t, e in per.items() if e["samples"] == 0]
+    assert not starved, f"no samples after {starved}: the sampler did not run there"
+    bad = {t: e for t, e in per.items() if e["violations"]}
+    assert not bad, f"{figures['violations']} of {figures['samples_in_windows']} samples on an exclusive CPU: {bad}"
+    assert not figures["sampler_errors"]
+    assert health["qos_slices"] > 0, health  # the design ran: the slices were written
+    assert health["unit_failed"] == 0 and health["qos_slice_failed"] == 0, health
+    everything = all_cpus()
+    for slice_dir in ("kubepods.slice/kubepods-burstable.slice", "kubepods.slice/kubepods-besteffort.slice"):
+        path = Path("/sys/fs/cgroup") / slice_dir / "cpuset.cpus"
+        assert wait_for(lambda p=path: p.read_text().strip() == everything, timeout=10), (path, path.read_text())
     _check_still_pinned(containerd, scenario)
 
 
