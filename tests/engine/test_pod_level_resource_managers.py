@@ -1,9 +1,10 @@
 """Pod-level resource managers (kubelet 1.36 alpha `PodLevelResourceManagers`), pod scope, CPUs.
 
 Ported from kubernetes/kubernetes pkg/kubelet/cm/cpumanager/policy_static_test.go (the copy carrying
-the feature, see README "Pod-level resource managers"): TestStaticPolicyAllocatePod and
-TestValidatePodScopeResources, rows with both gates on. The kubelet's test pods give every container
-100Mi of memory, request = limit (makePodWithContainersAndPodLevelResources); so do these.
+the feature, docs/kubelet-compatibility.md P8): TestStaticPolicyAllocatePod and
+TestValidatePodScopeResources, rows with both gates on; the pod's CPU hints follow GetPodTopologyHints.
+The kubelet's test pods give every container 100Mi of memory, request = limit
+(makePodWithContainersAndPodLevelResources); so do these.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from nri_pinner.engine.cpumanager.pod_level import (
     PodLevelSpec,
     allocate_pod,
     empty_pool_problem,
+    pod_cpu_hints,
     remove_container,
 )
 from nri_pinner.engine.cpumanager.state import EngineState
@@ -162,3 +164,24 @@ def test_the_block_is_taken_on_the_hinted_numa_node() -> None:
     assert alloc is not None
     assert alloc.block.issubset(S("1,3,5,7,9,11")) and len(alloc.block) == 4
     assert alloc.exclusive == frozenset({"gu"}) and alloc.pod_pool == alloc.block - alloc.cpus["gu"]
+
+
+def _hints(spec: PodLevelSpec) -> list[tuple[int, bool]] | None:
+    policy, state = _policy()
+    hints = pod_cpu_hints(policy, state, spec)
+    return None if hints is None else sorted((h.affinity, h.preferred) for h in hints)
+
+
+def test_the_pods_cpu_hints_are_its_blocks() -> None:
+    # GetPodTopologyHints: requested = podGuaranteedCPUs, the pod's spec.resources CPUs (not its containers')
+    assert _hints(pod("p", "3", C("gu", "1"), C("ngu"))) == [(0b01, True), (0b10, True), (0b11, False)]
+    assert _hints(pod("p", "7", C("gu", "1"), C("ngu"))) == [(0b11, True)]  # 5 + 6 free, 6 per node
+
+
+def test_a_pod_the_empty_pool_check_refuses_gets_hints_none_can_meet() -> None:
+    assert _hints(pod("p", "2", C("gu-container-1", "1"), C("gu-container-2", "1"), C("ngu"))) == []
+
+
+def test_a_pod_without_a_block_has_no_cpu_preference() -> None:
+    assert _hints(pod("p", "2", C("gu", "1"), limit="3")) is None
+    assert _hints(pod("p", "1.5", C("ngu"))) is None

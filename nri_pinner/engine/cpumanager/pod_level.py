@@ -15,6 +15,8 @@ the feature; README "Pod-level resource managers" names the copy read):
   (an exclusive one slices the block minus the sidecars' slices, a restartable one keeps its slice, a
   shared regular one gets the block minus the sidecars' slices); then the app containers slice what
   the sidecars left; every other container gets what remains (the pod pool);
+* `GetPodTopologyHints`: the pod's CPU hints are those of its block; none can be met (an empty list)
+  when the empty-pool check refuses the pod; no preference (None) when it has no block;
 * `RemoveContainer`: nothing goes back to the node until the pod's last container is removed, then
   the whole block does.
 
@@ -23,11 +25,13 @@ Pure functions: the caller holds the one state and writes what they return.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..cpuset import EMPTY, CPUSet
 from ..errors import AdmissionError
+from ..topologymanager.cpu_hints import cpu_topology_hints
+from ..topologymanager.hints import TopologyHint
 from .state import EngineState
 from .static_policy import StaticPolicy
 
@@ -113,6 +117,19 @@ def empty_pool_problem(spec: PodLevelSpec) -> str:
         return ("pod rejected, sum of exclusive container cpu requests equals pod budget, leaving no cpus "
                 "for shared containers")
     return ""
+
+
+def pod_cpu_hints(policy: StaticPolicy, state: EngineState, spec: PodLevelSpec
+                  ) -> Sequence[TopologyHint] | None:
+    """GetPodTopologyHints for a pod not yet allocated: None = no preference, () = none can be met."""
+    total = spec.pod_cpus()
+    if total == 0:
+        return None
+    if empty_pool_problem(spec):
+        return ()
+    opts = policy.options
+    return cpu_topology_hints(policy.topology, policy.available_for_exclusive(state), EMPTY, total,
+                              full_pcpus_only=opts.full_pcpus_only, align_by_socket=opts.align_by_socket)
 
 
 def allocate_pod(policy: StaticPolicy, state: EngineState, spec: PodLevelSpec,
