@@ -19,6 +19,16 @@ def off_or_seconds_problem(low: float, high: float) -> Callable[[float], str | N
     return lambda v: None if v == 0 or low <= v <= high else f"must be 0 (off) or between {low:g} and {high:g}"
 
 
+def pod_level_resource_managers_problem(on: bool) -> str | None:
+    """The kubelet 1.36 alpha gate: the engine's pod-scope CPU allocation exists (engine/cpumanager/
+    pod_level.py), nothing applies it to containers yet, so "on" would be silently ignored: refused."""
+    if not on:
+        return None
+    return ("not implemented yet (kubelet 1.36 alpha PodLevelResourceManagers: the pod block, exclusive "
+            "slices and pod pool are computed by the engine only; the service, container scope, the "
+            "Memory Manager part and the CFS quota rules are not built); leave it false")
+
+
 def reserved_memory_problem(v: str) -> str | None:
     from ..engine.memorymanager.provider import parse_reserved_memory
     try:

@@ -170,12 +170,12 @@ class StaticPolicy:
 
         # As the kubelet: the SMT checks come before "already present", and only exclusive
         # CPUs count as present (a container first seen as shared gets exclusive CPUs now).
-        self._enforce_smt_alignment(state, n)
+        self.enforce_smt_alignment(state, n)
         if existing is not None and existing.exclusive:
             new_state = reuse.updated(state, existing)
             return new_state, self._decision(new_state, existing, already=True)
         reusable = self.reusable(state, pod)
-        cpus = self._allocate_cpus(state, n, numa_affinity, reusable)
+        cpus = self.allocate_cpus(state, n, numa_affinity, reusable)
         assignment = Assignment(
             pod,
             container,
@@ -196,7 +196,7 @@ class StaticPolicy:
         cpus = a.current if a.exclusive else state.default_set
         return AllocationDecision(a.pod, a.container, cpus, a.exclusive, already, reused, state.default_set)
 
-    def _enforce_smt_alignment(self, state: EngineState, n: int) -> None:
+    def enforce_smt_alignment(self, state: EngineState, n: int) -> None:
         if not self.options.full_pcpus_only:
             return
         if n % self.cpu_group_size:
@@ -207,7 +207,7 @@ class StaticPolicy:
         if n > len(physical):
             raise SMTAlignmentError(n, self.cpu_group_size, len(physical), caused_by_physical_cpus=True)
 
-    def _allocate_cpus(
+    def allocate_cpus(
         self, state: EngineState, n: int, numa_affinity: int | None, reusable: CPUSet
     ) -> CPUSet:
         allocatable = self.available_for_exclusive(state) | reusable
@@ -215,8 +215,8 @@ class StaticPolicy:
         result = EMPTY
         if numa_affinity is not None:
             aligned = allocatable & self._aligned_cpus(numa_affinity)
-            result = self._take_preferring_isolated(aligned, min(n, len(aligned)))
-        return result | self._take_preferring_isolated(allocatable - result, n - len(result))
+            result = self.take_preferring_isolated(aligned, min(n, len(aligned)))
+        return result | self.take_preferring_isolated(allocatable - result, n - len(result))
 
     def _aligned_cpus(self, numa_affinity: int) -> CPUSet:
         nodes = [node for node in self.topology.numa_nodes if numa_affinity >> node & 1]
@@ -229,7 +229,7 @@ class StaticPolicy:
             cpus = CPUSet.from_mask(mask)
         return cpus
 
-    def _take_preferring_isolated(self, available: CPUSet, n: int) -> CPUSet:
+    def take_preferring_isolated(self, available: CPUSet, n: int) -> CPUSet:
         if n > len(available):
             raise InsufficientCPUs(n, len(available))
         isolated = available & self.topology.isolated
