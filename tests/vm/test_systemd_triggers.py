@@ -72,11 +72,11 @@ def slice_problems(result: dict[str, Any]) -> list[str]:
                             f"on a removed CPU before the trigger {trial['before']['escaped']}")
     problems += [_slice_describe(t) for t in told.values() if "error" not in t and t["after"]["escaped"]]
     for name in SLICE_REVERTING:
-        trial = direct.get(name)
-        if trial is None or "error" in trial:
+        control = direct.get(name)
+        if control is None or "error" in control:
             problems.append(f"slice-direct/{name}: not run")
-        elif not trial["watched_escaped"]:
-            problems.append(f"slice-direct/{name}: the control did not revert: {_slice_describe(trial)}")
+        elif not control["watched_escaped"]:
+            problems.append(f"slice-direct/{name}: the control did not revert: {_slice_describe(control)}")
     return problems
 
 
@@ -163,7 +163,7 @@ def test_the_pool_on_told_qos_slices_holds_and_the_untold_control_reverts(node_v
 def _fixture_trial(mode: str, trigger: str, escaped: list[str]) -> dict[str, Any]:
     scopes = {k: {"cpuset_cpus": "0-7", "cpus_effective": "0-7" if k in escaped else "0-5",
                   "cpus_allowed_list": "0-7" if k in escaped else "0-5"} for k in ("a1", "a2", "e1")}
-    slices = {u: {"cpuset_cpus": "0-7" if escaped else "0-5", "cpus_effective": "0-5", "systemd": {}}
+    slices: dict[str, Any] = {u: {"cpuset_cpus": "0-7" if escaped else "0-5", "cpus_effective": "0-5", "systemd": {}}
               for u in ("kubepods-burstable.slice", "kubepods-besteffort.slice")}
     return {"mode": mode, "trigger": trigger, "watched_escaped": "a1" in escaped,
             "armed": {"slices": {u: {"told": mode == "slice-told", "write_error": ""} for u in slices}},
@@ -177,7 +177,7 @@ def _fixture(told: dict[str, list[str]], direct: dict[str, list[str]]) -> dict[s
                              *(_fixture_trial("slice-direct", k, v) for k, v in direct.items())]}
 
 
-_QUIET = {"scope-runc-update": [], "pod-slice-set-property": []}
+_QUIET: dict[str, list[str]] = {"scope-runc-update": [], "pod-slice-set-property": []}
 
 
 def test_the_slice_judge_passes_a_held_pool_and_a_reverted_control() -> None:
