@@ -166,7 +166,7 @@ def test_the_block_is_taken_on_the_hinted_numa_node() -> None:
     assert alloc.exclusive == frozenset({"gu"}) and alloc.pod_pool == alloc.block - alloc.cpus["gu"]
 
 
-def _hints(spec: PodLevelSpec) -> list[tuple[int, bool]] | None:
+def _hints(spec: PodLevelSpec) -> list[tuple[int | None, bool]] | None:
     policy, state = _policy()
     hints = pod_cpu_hints(policy, state, spec)
     return None if hints is None else sorted((h.affinity, h.preferred) for h in hints)
