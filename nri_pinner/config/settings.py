@@ -106,9 +106,7 @@ class ReconcileSettings:
     cgroup_v1_skip_rebuilds: bool = True  # v1: clear written containers' cpuset.sched_load_balance
     systemd_bus: str = "/run/systemd/private"  # systemd scopes told their written cpusets; "" = off
     systemd_timeout_seconds: float = 0.5  # one pass's wait for systemd's answers
-    # cgroup v2 + systemd driver: the shared pool held on the Burstable/BestEffort QoS slices, so a pool change
-    # is a constant number of systemd calls (docs/systemd-pool-design.md)
-    systemd_pool_on_qos_slices: bool = False
+    systemd_pool_on_qos_slices: bool = False  # v2 + systemd: pool on the QoS slices (docs/systemd-pool-design.md)
     runtime_record_quiet_seconds: float = 1.0  # pool quiet this long: update the runtime's stale records; 0 = off
 
 
