@@ -35,7 +35,7 @@ REQUIRED = os.environ.get("NRI_PINNER_VM_REQUIRED") == "1"
 # 2.1 — 2700 s killed it 6 tests short. Its parts get 4800 s each unless $NRI_PINNER_VM_PART_TIMEOUT
 # says otherwise. ci: 1200 s — part 30's guest tests on containerd 2.1 took 564-667 s before issue 45's
 # QoS-slice sampler (about 150 s more; the other parts take under 300 s), and its two ci e2e tests add
-# an estimated 2-3 min on 2.1 (70 s per e2e test in the long run's measure above; not yet measured).
+# 150-165 s on 2.1 (measured 2026-11-29).
 PROFILE_PART_TIMEOUT = {"ci": "1200", "long": "4800"}
 # Part 30's developer re-run of chosen tests (its SCENARIOS / SCENARIO_RUNTIMES), from the host's environment.
 SCENARIO_SELECTION = {"NRI_PINNER_VM_SCENARIOS": "SCENARIOS",
