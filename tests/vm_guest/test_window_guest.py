@@ -236,12 +236,7 @@ def test_no_shared_sample_on_an_exclusive_cpu_while_systemd_reapplies(containerd
     scenario.setup()
     figures = scenario.run(triggers, ROUNDS)
     record_figures(_figure_name("window", containerd), figures)
-    per = figures["per_trigger"]
-    starved = [t for t, e in per.items() if e["samples"] == 0]
-    assert not starved, f"no samples after {starved}: the sampler did not run there"
-    bad = {t: e for t, e in per.items() if e["violations"]}
-    assert not bad, f"{figures['violations']} of {figures['samples_in_windows']} samples on an exclusive CPU: {bad}"
-    assert not figures["sampler_errors"]
+    _assert_sampled_and_clean(figures)
     _check_still_pinned(containerd, scenario)
 
 
@@ -259,12 +254,7 @@ def test_no_shared_sample_on_an_exclusive_cpu_with_the_pool_on_the_qos_slices(
     health = scenario.pinner.status()["health"]["cgroup_writes"]
     figures["cgroup_writes"] = health
     record_figures(_figure_name("window-qos-slices", containerd), figures)
-    per = figures["per_trigger"]
-    starved = [t for t, e in per.items() if e["samples"] == 0]
-    assert not starved, f"no samples after {starved}: the sampler did not run there"
-    bad = {t: e for t, e in per.items() if e["violations"]}
-    assert not bad, f"{figures['violations']} of {figures['samples_in_windows']} samples on an exclusive CPU: {bad}"
-    assert not figures["sampler_errors"]
+    _assert_sampled_and_clean(figures)
     assert health["qos_slices"] > 0, health  # the design ran: the slices were written
     assert health["unit_failed"] == 0 and health["qos_slice_failed"] == 0, health
     everything = all_cpus()
@@ -287,6 +277,16 @@ def test_without_telling_systemd_its_reapplications_put_shared_containers_back(
     per = figures["per_trigger"]
     assert per["own-scope"]["violations"] > 0, per
     assert per["sibling-update"]["violations"] > 0, per
+
+
+def _assert_sampled_and_clean(figures: dict[str, Any]) -> None:
+    """Every trigger's window sampled, no sample on an exclusive CPU, no read error."""
+    per = figures["per_trigger"]
+    starved = [t for t, e in per.items() if e["samples"] == 0]
+    assert not starved, f"no samples after {starved}: the sampler did not run there"
+    bad = {t: e for t, e in per.items() if e["violations"]}
+    assert not bad, f"{figures['violations']} of {figures['samples_in_windows']} samples on an exclusive CPU: {bad}"
+    assert not figures["sampler_errors"]
 
 
 def _check_still_pinned(runtime: PrivateContainerd, scenario: Scenario) -> None:
