@@ -40,6 +40,7 @@ from .status_server import start_server, status_document
 
 log = structlog.get_logger("nri_pinner")
 EMBEDDED = "<embedded defaults>"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # blocked from the start of `run` until the loop handles them
 
 
 class StartError(Exception):
@@ -131,6 +132,11 @@ class Service:
         (InstanceConflict, StartError: nothing was started, nothing is left behind); ``notifier``:
         systemd's notify socket (READY=1 once registered and synchronized, STOPPING=1 at the end)."""
         claim = claim or instance_lock.claim(self.settings.inspect.socket)
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:  # before the socket is bound: up means a signal stops it cleanly
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+                loop.add_signal_handler(signum, lambda: asyncio.ensure_future(self.stub.stop()))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by run_from_config
         try:
             if self.settings.metrics.enabled:
                 self._listen_for_metrics()
@@ -139,7 +145,6 @@ class Service:
             claim.release()
             await asyncio.to_thread(self._close)
             raise
-        loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
             loop.add_signal_handler(signal.SIGHUP, logs.reopen)  # logrotate's convention: reopen log.file
         if self.podresources is not None:
@@ -181,6 +186,17 @@ def _cannot_start(exc: Exception) -> int:
 
 
 def run_from_config(path: str) -> int:
+    """``nri-pinner run``. SIGINT/SIGTERM stay blocked until the service's loop handles them: a stop
+    asked during start-up ends the service cleanly (exit 0, lock emptied, socket removed, state
+    written) instead of killing it half-started."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        return _run(path)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _run(path: str) -> int:
     # $NOTIFY_SOCKET speaks for the unit: out of the environment before any child process can start
     notify = {k: os.environ.pop(k) for k in [readiness.NOTIFY_ENV] if k in os.environ}
     try:

@@ -4,6 +4,7 @@ lock lives under $NRI_PINNER_INSTALL_ROOT/run/nri-pinner here (/run/nri-pinner o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -99,3 +100,24 @@ def test_the_lock_is_under_the_runtime_directory_keyed_on_the_canonical_socket(m
     monkeypatch.setenv("NRI_PINNER_INSTALL_ROOT", str(tmp_path))
     assert runtime_lock_path("/var/run/nri/nri.sock").parent == tmp_path / "run" / "nri-pinner"
     assert len(runtime_lock_path("/" + "d" * 300).name) < 255
+
+
+def test_a_stop_during_start_up_ends_the_instance_cleanly(workdir: Path, runs: list[Run]) -> None:
+    """SIGTERM as soon as the instance has logged "starting" (its locks taken, the service not yet
+    built): systemd's stop of a unit still starting. The signal waits until the service handles it,
+    then the instance ends as after any stop: exit 0, no inspection socket, the runtime lock emptied.
+    Before the signals were blocked from the start, this ended with -15 and both files left behind."""
+    nri = workdir / "nri.sock"
+    run = start(workdir, "one", nri, runs)
+    assert run.process.stderr is not None
+    for line in run.process.stderr:
+        if line.startswith("{") and json.loads(line).get("event") == "starting":
+            break
+    else:
+        raise AssertionError(f"ended {run.process.wait(20)} before it logged 'starting'")
+    run.signal(signal.SIGTERM)
+    assert run.process.wait(20) == 0, run.output()[1]
+    _, err = run.output()
+    assert not any(n in err for n in NOISE), err
+    assert not (workdir / "one" / "inspect.sock").exists()
+    assert runtime_lock_path(nri, str(workdir / "host")).read_text() == ""
