@@ -24,8 +24,11 @@ driven here with a deadline.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
+import struct
+import termios
 import time
 from collections.abc import Iterable, Sequence
 
@@ -109,6 +112,34 @@ def quota_call(unit: str, quota: int, period: int) -> Message:
     return msg
 
 
+def connect(path: str, timeout: float) -> socket.socket:
+    """A bus connection authenticated (EXTERNAL) on which the peer has read BEGIN: only then may a call go.
+
+    Why the wait: systemd's sd-bus server, when one read brings it BEGIN and the first message together,
+    keeps that message in its input buffer and waits for the socket to become readable again (systemd
+    v257 src/libsystemd/sd-bus/bus-socket.c:443-445 keeps the bytes after BEGIN; sd-bus.c:2611-2614 and
+    2651-2661 then ask for POLLIN and no timeout while nothing is queued; io_callback, 3675-3688, processes
+    once per wake-up). The first call of a fresh connection then goes unanswered until the client sends
+    again: seen in the VM tier when PID 1 was busy, and with libsystemd's own server in
+    tests/service/test_sd_bus_handshake.py. The socket's unread byte count (TIOCOUTQ) says when BEGIN
+    was read. Raises OSError (TimeoutError when BEGIN is still unread after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    sock: socket.socket = prep_socket(path, timeout=timeout)
+    try:
+        pause, unread = 0.0005, bytearray(4)
+        while True:
+            fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, unread)
+            if struct.unpack("i", unread)[0] == 0:
+                return sock
+            if time.monotonic() + pause > deadline:
+                raise TimeoutError(f"{path} has not read the end of the handshake within {timeout:g} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+    except BaseException:
+        sock.close()
+        raise
+
+
 class SystemdUnits:
     """One connection to systemd, used by one pass at a time (the core keeps one pass in flight: no lock)."""
 
@@ -146,7 +177,7 @@ class SystemdUnits:
         if time.monotonic() < self._down_until:
             raise BusError(f"systemd bus {self.socket_path} unavailable: {self.last_error}")
         try:
-            sock: socket.socket = prep_socket(self.socket_path, timeout=self.timeout)
+            sock = connect(self.socket_path, self.timeout)
         except (OSError, ValueError) as exc:
             self._down_until = time.monotonic() + RETRY_CONNECT_SECONDS
             raise BusError(f"cannot connect to {self.socket_path}: {exc}") from exc

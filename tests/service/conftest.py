@@ -22,6 +22,13 @@ def workdir() -> Iterator[Path]:
 
 
 @pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A fresh directory under /tmp for D-Bus sockets: unix socket paths are limited to 107 bytes."""
+    with tempfile.TemporaryDirectory(prefix="dbus-", dir="/tmp") as d:
+        yield Path(d)
+
+
+@pytest.fixture
 def runs() -> Iterator[list[Run]]:
     """`nri-pinner run` processes a test started: ended at teardown whatever the test did."""
     started: list[Run] = []

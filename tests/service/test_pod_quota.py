@@ -8,8 +8,6 @@ cgroup's by a pass)."""
 from __future__ import annotations
 
 import asyncio
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,11 +30,6 @@ F = container(GPOD, "frac", 500, 500)  # the same pod, shared
 B = container(BPOD, "app", 500, 1000)  # another pod, shared
 SLICE = "kubepods-burstable-pod1234_5678.slice"
 
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="dbus-", dir="/tmp") as d:
-        yield Path(d)
 
 
 def cpu_dir(root: Path, cgroup: str, controller: str = "cpu") -> Path:

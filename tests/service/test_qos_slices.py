@@ -8,7 +8,6 @@ same writes and calls is argued from their source in the design doc; the VM tier
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +28,6 @@ from testkit.pod_builders import resize_request
 
 BURSTABLE, BESTEFFORT = "kubepods-burstable.slice", "kubepods-besteffort.slice"
 
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    import tempfile
-    with tempfile.TemporaryDirectory(prefix="dbus-", dir="/tmp") as d:
-        yield Path(d)
 
 
 # -- the rules, alone ---------------------------------------------------------------------------------

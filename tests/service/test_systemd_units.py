@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,6 @@ from nri_pinner.service.systemd_units import SystemdUnits, cpu_mask, scope_unit,
 
 SCOPE_PATH = "kubepods-burstable-pod1234_5678.slice:cri-containerd:abc123"
 
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """unix socket paths are limited to 108 bytes: tmp_path is too deep."""
-    import tempfile
-    with tempfile.TemporaryDirectory(prefix="dbus-", dir="/tmp") as d:
-        yield Path(d)
 
 
 def test_scope_unit_follows_runcs_naming_and_skips_cgroupfs_paths() -> None:
