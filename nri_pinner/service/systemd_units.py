@@ -122,8 +122,9 @@ def connect(path: str, timeout: float) -> socket.socket:
     once per wake-up). The first call of a fresh connection then goes unanswered until the client sends
     again, when it fits with BEGIN in the server's first 256-byte read (enable-nri's RestartUnit, 212 bytes,
     does; a scope's SetUnitProperties, 321+, does not): seen on PID 1 in the VM tier (40-deb-unit's
-    probe) and with libsystemd's own server in tests/service/test_sd_bus_handshake.py. The socket's unread byte count (TIOCOUTQ) says when BEGIN
-    was read. Raises OSError (TimeoutError when BEGIN is still unread after ``timeout``)."""
+    probe) and with libsystemd's own server in tests/service/test_sd_bus_handshake.py. The socket's
+    unread byte count (TIOCOUTQ) says when BEGIN was read. Raises OSError (TimeoutError when BEGIN is
+    still unread after ``timeout``)."""
     deadline = time.monotonic() + timeout
     sock: socket.socket = prep_socket(path, timeout=timeout)
     try:
