@@ -50,6 +50,7 @@ from jeepney import Message, new_method_call
 from nri_pinner.service.systemd_units import SYSTEMD, USEC_INFINITY, SystemdUnits
 
 from . import node_env
+from .kubelet_model import MAX_SHARES, MIN_SHARES
 
 CGROUP_V2_ROOT = Path("/sys/fs/cgroup")
 Property = tuple[str, tuple[str, Any]]
@@ -77,10 +78,10 @@ def unit_and_parent(cgroup_parent: str) -> tuple[str, str]:
 
 
 def cpu_weight(shares: int) -> int:
-    """cgroup_manager_linux.go getCPUWeight: shares [2, 262144] → weight [1, 10000]."""
-    if shares >= 262144:
+    """cgroup_manager_linux.go getCPUWeight: shares [MIN_SHARES, MAX_SHARES] → weight [1, 10000]."""
+    if shares >= MAX_SHARES:
         return 10000
-    return 1 + (shares - 2) * 9999 // 262142
+    return 1 + (shares - MIN_SHARES) * 9999 // (MAX_SHARES - MIN_SHARES)
 
 
 def apply_properties(unit: str, parent: str) -> list[Property]:

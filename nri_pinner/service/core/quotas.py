@@ -139,8 +139,7 @@ class QuotaBook:
         items: list[PodQuotaItem] = []
         wanted: set[str] = set()
         for pod_key in exclusive:
-            members = node.containers.by_pod.get(pod_key)
-            found = _cgroup_of(members.values()) if members else None
+            found = self._pod_cgroup(pod_key)
             if found is None:
                 continue  # not a kubelet pod (no pod cgroup of its own), or not tracked
             wanted.add(pod_key)
@@ -148,8 +147,7 @@ class QuotaBook:
             if pod_key not in self.removed and pod_key not in self.failed:
                 items.append(PodQuotaItem(pod_key, found[0], found[1]))
         for pod_key, (quota, period) in list(self.back.items()):
-            members = node.containers.by_pod.get(pod_key)
-            found = _cgroup_of(members.values()) if members else None
+            found = self._pod_cgroup(pod_key)
             if found is None:
                 del self.back[pod_key]  # the pod is gone
             elif pod_key not in self.failed:
@@ -160,6 +158,10 @@ class QuotaBook:
         self.sent = {i.pod_key for i in items}
         self.redo.clear()
         return tuple(items)
+
+    def _pod_cgroup(self, pod_key: str) -> tuple[str, str] | None:
+        members = self.core.node.containers.by_pod.get(pod_key)
+        return _cgroup_of(members.values()) if members else None
 
     def written(self, results: Sequence[PodQuotaResult]) -> None:
         """A pass is back: which pods now hold no quota, which failed (retried at the re-check)."""
