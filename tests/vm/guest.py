@@ -19,16 +19,19 @@ and ``python -m tests.vm soak …`` (boot counts per TCG mode: tests/vm/soak.py)
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 from .console import fault_summary
 
@@ -264,6 +267,24 @@ def qemu_command(topology: Topology, image: Path, overlay: Path, console: str, o
     return cmd
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def start_qemu(cmd: Sequence[str], stdout: int | IO[Any]) -> subprocess.Popen[bytes]:
+    """QEMU killed with the process that started it: a killed `python -m tests.vm run` (or pytest) must
+    not leave a guest running beside the next boot, whose boot lock its death released. The signal comes
+    when the starting thread ends, so start it from the thread that waits for it."""
+    libc, parent = ctypes.CDLL(None, use_errno=True), os.getpid()
+
+    def die_with_parent() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the prctl
+            os._exit(1)
+
+    return subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
+                            preexec_fn=die_with_parent)
+
+
 def make_overlay(image: Path, overlay: Path) -> None:
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(image / "rootfs.img"),
                     str(overlay)], check=True, capture_output=True)
@@ -327,7 +348,7 @@ def boot(topology: str, driver: str, parts: Sequence[str] | None = None, timeout
         boot_seconds: float | None = None
         timed_out = False
         with (run_dir / "qemu.log").open("w") as qemu_log:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=qemu_log, stderr=subprocess.STDOUT)
+            proc = start_qemu(cmd, qemu_log)
             try:
                 done_at: float | None = None
                 while proc.poll() is None:

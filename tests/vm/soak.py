@@ -26,7 +26,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .console import fault_summary
-from .guest import BUILD_DIR, KERNEL_ARGS, TCG_THREADS, TOPOLOGIES, boot_lock, build_image, make_overlay, qemu_command
+from .guest import (
+    BUILD_DIR,
+    KERNEL_ARGS,
+    TCG_THREADS,
+    TOPOLOGIES,
+    boot_lock,
+    build_image,
+    make_overlay,
+    qemu_command,
+    start_qemu,
+)
 
 BOOT_LIMIT = 300.0
 POWERED_DOWN = "reboot: Power down"
@@ -50,7 +60,7 @@ def one_boot(topology: str, thread: str, image: Path, run_dir: Path, index: int)
     cmd = qemu_command(TOPOLOGIES[topology], image, overlay, f"file:{console}", None,
                        kernel_args=f"{KERNEL_ARGS} systemd.unit=poweroff.target", tcg_thread=thread)
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = start_qemu(cmd, subprocess.DEVNULL)
     timed_out = False
     try:
         proc.wait(timeout=BOOT_LIMIT)
