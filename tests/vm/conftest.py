@@ -8,8 +8,8 @@ tests; the others then fail, naming the parts that ran). Without root or QEMU th
 NRI_PINNER_VM_REQUIRED=1 (./scripts/test as root) makes that a failure. A developer's re-run of
 chosen scenarios: NRI_PINNER_VM_SCENARIOS="<node id> ..." [NRI_PINNER_VM_SCENARIO_RUNTIMES="1.7"] with
 NRI_PINNER_VM_PARTS=30-plugin-scenarios, judged by test_part_exited_zero; NRI_PINNER_VM_POOL_ON_QOS_SLICES=1
-runs every part-30 plugin with reconcile.systemd_pool_on_qos_slices (tests/vm/final_counts.py). Image-build and boot figures go to
-the terminal summary.
+runs every part-30 plugin with reconcile.systemd_pool_on_qos_slices (tests/vm/final_counts.py). Image-build
+and boot figures go to the terminal summary.
 """
 
 from __future__ import annotations
