@@ -49,7 +49,10 @@ def counts(pinner: Pinner) -> dict[str, Any]:
     test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]  # without " (call)"/" (teardown)"
     entry: dict[str, Any] = {"test": test, "runtime": pinner.runtime.runtime_key, "config": str(pinner.config_path),
                              "pool_on_qos_slices": _configured(pinner), "drifts_written": len(drifted)}
+    exited = pinner.process is not None and pinner.process.proc.poll() is not None
     try:
+        if exited:  # its socket path may be a later instance's by now (same workdir)
+            raise RuntimeError(f"the plugin exited ({pinner.process.proc.returncode}) before its counts were read")
         health = pinner.status()["health"]
     except Exception as exc:  # stopped or killed by the test: no counters to read
         entry["status_error"] = repr(exc)[:300]
