@@ -59,11 +59,12 @@ def counts(pinner: Pinner) -> dict[str, Any]:
     else:
         entry["reconcile_repairs"] = health.get("reconcile_repairs")
         entry["cgroup_writes"] = health.get("cgroup_writes")  # None: cgroup writes off
-    repaired = _repaired_ids(pinner)
+    repaired = _repairs_logged(pinner)
     if repaired is not None:
         written = {cid[:12] for cid in drifted}
         entry["repaired_logged"] = len(repaired)
-        entry["repaired_never_drifted"] = sorted({cid for cid in repaired if cid not in written})
+        entry["repaired_never_drifted"] = sorted({r["container_id"] for r in repaired} - written)
+        entry["repairs"] = repaired[:20]  # what each repair saw: a false one shows here (issue 45)
     return entry
 
 
@@ -75,8 +76,8 @@ def _configured(pinner: Pinner) -> bool:
     return reconcile.get("systemd_pool_on_qos_slices") is True
 
 
-def _repaired_ids(pinner: Pinner) -> list[str] | None:
-    """Short container ids of the plugin's `cpuset drift repaired` lines (JSON logs); None: no log."""
+def _repairs_logged(pinner: Pinner) -> list[dict[str, str]] | None:
+    """The plugin's `cpuset drift repaired` lines (JSON logs), their telling fields; None: no log."""
     log = pinner.log_file or (pinner.process.log_path if pinner.process is not None else None)
     try:
         text = log.read_text(errors="replace") if log is not None else None
@@ -91,5 +92,6 @@ def _repaired_ids(pinner: Pinner) -> list[str] | None:
         except ValueError:
             continue
         if isinstance(entry, dict) and entry.get("event") == REPAIRED_EVENT:
-            found.append(str(entry.get("container_id", "")))
+            found.append({k: str(entry.get(k, "")) for k in ("container_id", "container", "actual", "desired", "path",
+                                                              "timestamp")})
     return found

@@ -37,7 +37,11 @@ def problems_of(entry: dict[str, Any]) -> list[str]:
     if repairs > drifts:
         found.append(f"{repairs} repairs but {drifts} drifts written")
     if entry.get("repaired_never_drifted"):
-        found.append(f"repaired, never drifted: {entry['repaired_never_drifted']}")
+        seen = [f"{r['container_id']} {r.get('container')} actual {r.get('actual')!r} desired {r.get('desired')} "
+                f"via {r.get('path')}" for r in entry.get("repairs", [])
+                if r["container_id"] in entry["repaired_never_drifted"]]
+        details = f" ({'; '.join(seen)})" if seen else ""
+        found.append(f"repaired, never drifted: {entry['repaired_never_drifted']}{details}")
     return [f"{entry.get('test')}: {p}" for p in found]
 
 
