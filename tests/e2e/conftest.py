@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from . import final_counts
 from .cri_stubs import CriStubError, ensure_cri_stubs
 from .harness import PrivateContainerd, claim_workdir
 from .host_cleanup import RuntimeMissing, find_runtime
@@ -78,6 +79,7 @@ def containerd(
     """The session's private containerd; pods and plugins a test leaves behind are removed after it."""
     record_property("containerd_version", containerd_session.version)
     yield containerd_session
+    final_counts.record_live(containerd_session)  # a plugin the test left running: before it is stopped
     for plugin in containerd_session.plugins:
         plugin.stop()
     containerd_session.plugins.clear()

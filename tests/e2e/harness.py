@@ -63,6 +63,7 @@ class PrivateContainerd:
     def __init__(self, runtime: str, workdir: Path) -> None:
         self.install = hc.find_runtime(runtime)  # raises RuntimeMissing
         self.runtime_key = runtime
+        self.drifted: list[str] = []  # container ids write_cgroup_cpuset drifted, in order (final_counts.py)
         self.workdir = workdir.resolve()
         run_dir = RUN_BASE / hashlib.sha256(str(self.workdir).encode()).hexdigest()[:12]
         self.run_dir = run_dir
@@ -363,6 +364,7 @@ class PrivateContainerd:
 
     def write_cgroup_cpuset(self, container_id: str, cpus: str) -> None:
         """Write the container's cgroup cpuset behind the runtime's back (tests use it to cause drift)."""
+        self.drifted.append(container_id)
         self._cpuset_file(container_id).write_text(cpus)
 
 

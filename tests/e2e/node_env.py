@@ -37,6 +37,9 @@ NRI_REGISTRATION_TIMEOUT = os.environ.get("NRI_PINNER_E2E_NRI_REGISTRATION_TIMEO
 START_TIMEOUT = float(os.environ.get("NRI_PINNER_E2E_START_TIMEOUT", "30"))
 TIME_SCALE = float(os.environ.get("NRI_PINNER_E2E_TIME_SCALE", "1"))
 SYSTEMD_TIMEOUT = os.environ.get("NRI_PINNER_E2E_SYSTEMD_TIMEOUT", "")  # "" = the plugin's default
+# Issue 45's opt-in: every plugin a scenario starts holds the pool on the QoS slices unless the scenario
+# says otherwise (pinner.config_text); its final counts go to NRI_PINNER_E2E_FINAL_COUNTS (final_counts.py).
+POOL_ON_QOS_SLICES = os.environ.get("NRI_PINNER_E2E_POOL_ON_QOS_SLICES") == "1"
 
 
 def scaled(seconds: float) -> float:

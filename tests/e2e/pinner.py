@@ -9,13 +9,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from . import node_env
+from . import final_counts, node_env
 from .harness import PrivateContainerd
 from .plugins import PluginProcess
 
@@ -29,6 +29,12 @@ class Pinner:
     config_path: Path
     inspect_socket: Path
     checkpoint: Path
+    log_file: Path | None = None  # the plugin's log when not its process's output (pre-installed)
+    drift_mark: int = field(default=0, init=False)  # runtime.drifted's length at the start
+
+    def __post_init__(self) -> None:
+        self.drift_mark = len(self.runtime.drifted)
+        final_counts.started(self)
 
     def status(self, as_json: bool = True) -> Any:
         argv = [sys.executable, "-m", "nri_pinner", "status", "--socket", str(self.inspect_socket)]
@@ -43,6 +49,7 @@ class Pinner:
         raise KeyError(f"{container_id[:12]} not in nri-pinner status")
 
     def stop(self) -> None:
+        final_counts.record(self)
         self.process.stop()
         self.runtime.plugins.remove(self.process)
 
@@ -64,11 +71,22 @@ def config_text(runtime: PrivateContainerd, workdir: Path, *, test_settings: boo
         base["log"] = {"format": "json", "level": "info"}
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)
+    if node_env.POOL_ON_QOS_SLICES:
+        _pool_on_qos_slices(base["reconcile"])
     lines = []
     for name, values in base.items():
         lines.append(f"[{name}]")
         lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
     return "\n".join(lines) + "\n"
+
+
+def _pool_on_qos_slices(reconcile: dict[str, Any]) -> None:
+    """The knob's setting, unless the scenario chose its own: an explicit value, or systemd calls or
+    cgroup writes off (an untold control: the setting needs both, the config refuses it otherwise)."""
+    if ("systemd_pool_on_qos_slices" in reconcile or reconcile.get("systemd_bus") == ""
+            or reconcile.get("cgroup_writes") is False):
+        return
+    reconcile["systemd_pool_on_qos_slices"] = True
 
 
 def start_pinner(runtime: PrivateContainerd, workdir: Path | None = None, *, test_settings: bool = True,
@@ -102,12 +120,17 @@ def preinstalled(runtime: PrivateContainerd, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("NRI_PINNER_INSTALL_ROOT", str(runtime.workdir))
     plugin_dir = "/" + str(runtime.paths.nri_plugin_dir.relative_to(runtime.workdir))
     assert install(plugin_dir, "90", str(config), python=sys.executable) == 0
+    pinner: Pinner | None = None
     try:
         since = runtime.log_offset()
         runtime.restart()
         runtime.wait_plugin_active(PLUGIN_NAME, since=since, timeout=30)  # scaled by the harness
-        yield Pinner(runtime, None, config, state / "inspect.sock", state / "checkpoint.json")  # type: ignore[arg-type]
+        pinner = Pinner(runtime, None, config, state / "inspect.sock", state / "checkpoint.json",  # type: ignore[arg-type]
+                        log_file=state / "nri-pinner.log")
+        yield pinner
     finally:
+        if pinner is not None:
+            final_counts.record(pinner)
         assert install(plugin_dir, "90", str(config), uninstall=True) == 0
         runtime.restart()
 

@@ -7,8 +7,9 @@ Profiles: ``ci`` (default) — 2s2c2t/systemd; ``long`` — 2s2c2t and snc4, eac
 tests; the others then fail, naming the parts that ran). Without root or QEMU the tests skip, unless
 NRI_PINNER_VM_REQUIRED=1 (./scripts/test as root) makes that a failure. A developer's re-run of
 chosen scenarios: NRI_PINNER_VM_SCENARIOS="<node id> ..." [NRI_PINNER_VM_SCENARIO_RUNTIMES="1.7"] with
-NRI_PINNER_VM_PARTS=30-plugin-scenarios, judged by test_part_exited_zero. Image-build and boot figures go to
-the terminal summary.
+NRI_PINNER_VM_PARTS=30-plugin-scenarios, judged by test_part_exited_zero; NRI_PINNER_VM_POOL_ON_QOS_SLICES=1
+runs every part-30 plugin with reconcile.systemd_pool_on_qos_slices (tests/vm/final_counts.py). Image-build
+and boot figures go to the terminal summary.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ REQUIRED = os.environ.get("NRI_PINNER_VM_REQUIRED") == "1"
 # QoS-slice sampler (about 150 s more; the other parts take under 300 s), and its two ci e2e tests add
 # 150-165 s on 2.1 (measured 2026-11-29).
 PROFILE_PART_TIMEOUT = {"ci": "1200", "long": "4800"}
-# Part 30's developer re-run of chosen tests (its SCENARIOS / SCENARIO_RUNTIMES), from the host's environment.
+# Part 30's developer re-run of chosen tests (its SCENARIOS / SCENARIO_RUNTIMES), from the host's environment;
+# also issue 45's opt-in: every scenario's plugin with the pool on the QoS slices (tests/vm/final_counts.py).
 SCENARIO_SELECTION = {"NRI_PINNER_VM_SCENARIOS": "SCENARIOS",
-                      "NRI_PINNER_VM_SCENARIO_RUNTIMES": "SCENARIO_RUNTIMES"}
+                      "NRI_PINNER_VM_SCENARIO_RUNTIMES": "SCENARIO_RUNTIMES",
+                      "NRI_PINNER_VM_POOL_ON_QOS_SLICES": "NRI_PINNER_E2E_POOL_ON_QOS_SLICES"}
 _runs: list[GuestRun] = []
 _failures: list[str] = []
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import final_counts
+
 PART = "30-plugin-scenarios"
 RUNTIMES = ("containerd-1.7", "containerd-2.1")
 # At least this many tests per runtime must pass (the part's selection may only grow): tests/e2e
@@ -150,3 +152,14 @@ def test_window_sampler_figures(node_vm: Any) -> None:
                          f"{slices['violations']} violations, unit_calls {writes['unit_calls']}, unit_failed "
                          f"{writes['unit_failed']}, qos_slices {writes['qos_slices']}")
     print("\nvm: window sampler " + "; ".join(lines))
+
+
+def test_final_counts_of_every_plugin_instance(node_vm: Any) -> None:
+    """Issue 45: with NRI_PINNER_E2E_POOL_ON_QOS_SLICES=1 in the boot, every instance's unit_failed 0 and
+    no repair beyond its scenario's own drifts (tests/vm/final_counts.py); without it, printed only."""
+    summary = _summary(node_vm)
+    knob_on = summary["env"].get(final_counts.KNOB) == "1"
+    entries = final_counts.load(_part(node_vm).dir)
+    lines, problems = final_counts.judge(entries, knob_on)
+    print(f"\nvm: final counts ({final_counts.KNOB} {'on' if knob_on else 'off'}):\n  " + "\n  ".join(lines))
+    assert not problems, "\n".join(problems)

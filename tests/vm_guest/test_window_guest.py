@@ -126,8 +126,9 @@ class Scenario:
         # the runtime record updates off too: their runc update sets the scope's AllowedCPUs as well
         if self.qos_slices:
             self.pinner = start_pinner(rt, reconcile={"systemd_pool_on_qos_slices": True})
-        elif self.told:
-            self.pinner = start_pinner(rt)
+        elif self.told:  # the per-scope mode by design (its sampler reads own sets): off even under the
+            # VM tier's opt-in to the QoS slices (tests/e2e/pinner.py), which the qos_slices scenario covers
+            self.pinner = start_pinner(rt, reconcile={"systemd_pool_on_qos_slices": False})
         else:
             self.pinner = start_pinner(rt, reconcile={"systemd_bus": "", "runtime_record_quiet_seconds": 0})
         # pod A: a sidecar (restartable init, created first as the kubelet does) and an app container
