@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jeepney import Message, Parser, new_method_call
+from jeepney import HeaderFields, Message, Parser, new_method_call
 from jeepney.auth import BEGIN, Authenticator
 from sd_bus_server import SdBusServer
 
@@ -54,7 +54,7 @@ def replies(sock: socket.socket, parser: Parser, timeout: float) -> list[int]:
         while True:
             parser.add_data(sock.recv(65536))
             while (msg := parser.get_next_message()) is not None:
-                serials.append(msg.header.fields.get(5))  # HeaderFields.reply_serial
+                serials.append(msg.header.fields.get(HeaderFields.reply_serial))
     except TimeoutError:
         return serials
 
