@@ -338,17 +338,19 @@ class Stub:
         return list(api.UpdateContainersResponse.FromString(body).failed)
 
 
-async def serve(stub: Stub, logger: Any = None) -> int:
+async def serve(stub: Stub, logger: Any = None, *, handle_signals: bool = True) -> int:
     """Run ``stub`` until SIGINT/SIGTERM; the exit status for a plugin's ``main``.
 
     0 after a signal; 1 when a pre-installed plugin loses its runtime (containerd never relaunches
-    it, so the process must end and say why).
+    it, so the process must end and say why). ``handle_signals=False``: the caller already stops the
+    stub on those signals (a service that must handle them before its sockets are up).
     """
     log = KvLogger(logger, "nri_pinner.nri.stub")
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
-            loop.add_signal_handler(signum, lambda: asyncio.ensure_future(stub.stop()))
+    if handle_signals:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+                loop.add_signal_handler(signum, lambda: asyncio.ensure_future(stub.stop()))
     try:
         await stub.run()
     except PluginConnectionLost as exc:

@@ -154,7 +154,7 @@ class Service:
         notify = (asyncio.create_task(readiness.announce(notifier, self.ready_state))
                   if notifier is not None and not self.stub.preinstalled else None)
         try:
-            return await serve(self.stub, structlog.get_logger("nri_pinner.nri"))
+            return await serve(self.stub, structlog.get_logger("nri_pinner.nri"), handle_signals=False)
         finally:
             if notify is not None and notifier is not None:
                 await stop_task(notify)
