@@ -305,7 +305,7 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
     if max_numa is not None and max_numa < MIN_MAX_ALLOWABLE_NUMA_NODES:
         raise r.fail("policy_options", f'the minimum value of "max-allowable-numa-nodes" should not be less '
                                        f"than {MIN_MAX_ALLOWABLE_NUMA_NODES}")
-    plrm = r.get("pod_level_resource_managers", bool, False, _plrm_problem)
+    plrm = r.get("pod_level_resource_managers", bool, False, lambda on: _plrm_problem(on, scope))
     topo = TopologyManagerSettings(policy=policy, scope=scope, policy_options=topo_options,
                                    max_allowable_numa_nodes=max_numa, pod_level_resource_managers=plrm)
     r.done()

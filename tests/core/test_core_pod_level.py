@@ -146,6 +146,22 @@ def test_synchronize_sees_the_pod_from_all_its_containers() -> None:
     assert exclusive_ids(e) == set()
 
 
+def test_synchronize_under_the_gate_keeps_the_guaranteed_equivalent_container_pinned() -> None:
+    """PodLevelResourceManagers on, container scope (README "Pod-level resource managers"): a restarted
+    plugin sees the pod from all its containers; "own" (2 whole CPUs, 1 GiB, its spec in
+    noderesource.dev/resources) is pinned, "a" (nothing of its own) stays shared. Gate off: neither."""
+    own = kp.Container("own", whole(2))
+    spec = '{"containers": {"a": {}, "own": {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", ' \
+           '"memory": "1Gi"}}}}'
+    pod = kp.Pod("plr", "default", "uid-plr", (kp.Container("a"), own), resources=POD_4,
+                 annotations={"noderesource.dev/resources": spec})
+    sandbox, c = messages(pod)
+    for gate, pinned in ((True, {c["own"].id}), (False, set())):
+        e = make_core(make_settings(topology_manager={"pod_level_resource_managers": gate}), synchronized=False)
+        e.sync([sandbox], [_running(c["a"]), _running(c["own"])])
+        assert exclusive_ids(e) == pinned, gate
+
+
 def test_a_resize_keeps_a_pod_level_container_on_the_shared_pool() -> None:
     pod = kp.Pod("plr", "default", "uid-plr", (kp.Container("a"), kp.Container("b")), resources=POD_4)
     sandbox, c = messages(pod)

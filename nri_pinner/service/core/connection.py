@@ -11,6 +11,7 @@ import structlog
 from ...engine.admission import AdmissionRequest
 from ...engine.qos import QoS
 from ...nri.handlers import UpdatesReply
+from . import pod_level
 from .checkpoint import Snapshot, checkpoint_entries, held_from_checkpoint, memory_entries
 from .events import Configured, ReplyDiscarded, Synchronize
 from .lifecycle import pending_updates
@@ -56,7 +57,8 @@ def synchronize(core: NodeCore, event: Synchronize) -> Reply:
     write can still ride on it."""
     node = core.node
     cgroups = event.cgroups
-    result = rebuild(node.engine, core.prior, event.pods, event.containers, cgroups.get if cgroups else None)
+    result = rebuild(node.engine, core.prior, event.pods, event.containers, cgroups.get if cgroups else None,
+                     gated=pod_level.gated(core.settings))
     node.state, node.containers = result.state, Containers(result.containers)
     node.told, node.via_reply, node.recorded = result.told, set(), result.recorded
     core.seeded.clear()

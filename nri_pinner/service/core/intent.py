@@ -36,6 +36,7 @@ from typing import Any
 
 from ...engine.cpuset import MAX_CPUS
 from ...engine.qos import QoS
+from .own_requests import memory_bytes, own_cpus
 
 GUARANTEED, BURSTABLE, BESTEFFORT, UNMANAGED = QoS.GUARANTEED, QoS.BURSTABLE, QoS.BEST_EFFORT, QoS.UNMANAGED
 
@@ -86,6 +87,8 @@ class ContainerIntent:
     # why its pod is taken to use pod-level resources ("" = not known to): the kubelet's CPU and
     # Memory Managers skip such a pod, so request_milli is 0 and no memory is asked (pod_level.py)
     pod_level: str = ""
+    # its own data proves own CPU and memory requests = limits, whole CPUs: what the gated kubelet pins
+    own_milli: int = 0  # in a pod with pod-level resources (own_requests.py); 0 = not proven
 
     @property
     def pod_key(self) -> str:
@@ -179,6 +182,8 @@ class AnnotatedCPU:
     request_milli: int
     limit_milli: int  # 0: no limit
     memory_limit: bool = True  # the container's spec has limits.memory
+    memory_request_bytes: int = 0  # its requests.memory (its limit when left out), 0 = not read
+    memory_limit_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -211,7 +216,9 @@ def _annotated_cpu(name: str, req: Any) -> AnnotatedCPU | NodeResourcesError:
         limit = _quantity(limits["cpu"], f"container {quoted(name)} limits.cpu") if "cpu" in limits else 0
         request = (_quantity(requests["cpu"], f"container {quoted(name)} requests.cpu") if "cpu" in requests
                    else limit)
-        return AnnotatedCPU(request, limit, "memory" in limits)
+        memory = memory_bytes(limits.get("memory"))
+        return AnnotatedCPU(request, limit, "memory" in limits,
+                            memory_bytes(requests["memory"]) if "memory" in requests else memory, memory)
     except NodeResourcesError as exc:
         return exc
 
@@ -280,7 +287,7 @@ def intent_from_nri(pod: Any, container: Any) -> ContainerIntent:
                 annotated, role = resources.app[name], "noderesource"
         except NodeResourcesError as exc:
             annotated = exc
-    memory_limit = _memory_limit(container)
+    memory_limit = _memory_limit(container.linux.resources)
     pod_level = pod_level_signal(pod_ann, qos)
     if isinstance(annotated, NodeResourcesError):
         note = f"{annotated}; CPU request/limit inferred from the cgroup values"
@@ -330,11 +337,15 @@ def intent_from_nri(pod: Any, container: Any) -> ContainerIntent:
         init, role = True, "annotation"
     if source == "exclusive-annotation":  # a plain-containerd client asked for exclusive CPUs itself
         pod_level = ""
+    spec = annotated if isinstance(annotated, AnnotatedCPU) else AnnotatedCPU(0, 0)
+    own = own_cpus(source, request, limit, memory_request=spec.memory_request_bytes, quota_milli=cpu_limit_milli(cpu),
+                   memory_limit=spec.memory_limit_bytes, cgroup_memory=memory_limit,
+                   pod_memory=_memory_limit(pod.linux.pod_resources)) if kubelet and qos == GUARANTEED else 0
     return ContainerIntent(
         pod_uid=pod.uid, pod_name=pod.name, namespace=pod.namespace, container=name,
         container_id=container.id, qos=qos, request_milli=0 if pod_level else request, limit_milli=limit,
         init=init, restartable=name in sidecars, source=source, role=role, kubelet=kubelet, note=note,
-        memory_limit=memory_limit, pod_level=pod_level,
+        memory_limit=memory_limit, pod_level=pod_level, own_milli=own,
     )
 
 
@@ -349,8 +360,8 @@ def pod_level_signal(annotations: Any, qos: QoS) -> str:
     return "annotation"
 
 
-def _memory_limit(container: Any) -> int:
-    mem = container.linux.resources.memory
+def _memory_limit(resources: Any) -> int:
+    mem = resources.memory
     return max(0, int(mem.limit.value)) if mem.HasField("limit") else 0
 
 

@@ -51,12 +51,13 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
         log.warning("noderesource.dev/resources not used", pod=f"{req.pod.namespace}/{req.pod.name}",
                     container=intent.container, error=intent.note)
     intent = role_at_create(node, intent)
-    intent = pod_level.settle(node, intent, req.pod)  # spec.resources: the kubelet's managers skip the pod
-    if intent.pod_level:  # a pod whose cgroup's quota a pass removed gets the kubelet's back (core/quotas.py)
-        core.quotas.pod_level(intent.pod_key, req.pod)
+    # spec.resources: the kubelet's managers skip the pod (gated: all but its Guaranteed-equivalent containers)
+    intent = pod_level.settle(node, intent, req.pod, pod_level.gated(core.settings))
+    if intent.pod_level and not pod_level.keeps_exclusive(node, intent):
+        core.quotas.pod_level(intent.pod_key, req.pod)  # its pod cgroup gets the kubelet's quota back (quotas.py)
     mark_sidecars(node, intent.pod_key, intent.init)
     extras = dict(event.extras)
-    if intent.qos != GUARANTEED or intent.pod_level:
+    if intent.qos != GUARANTEED or (intent.pod_level and not intent.request_milli):
         extras.pop("memory", None)
     request = AdmissionRequest(intent.pod_key, intent.container, intent.qos, intent.request_milli,
                                intent.limit_milli, init=intent.init, restartable=intent.restartable,

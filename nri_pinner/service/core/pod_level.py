@@ -23,13 +23,20 @@ pod's limit, or containers whose limits add up to it): it is admitted as one. Wh
 reveals the pod, every container of the pod goes to the shared pool, the earlier ones too (their
 CPUs and memory are released: the kubelet never gave them any). So a pod never holds more exclusive
 CPUs than its pod-level limit, and holds none once anything shows it uses pod-level resources.
+
+With the kubelet 1.36 alpha gate `PodLevelResourceManagers` on (``gated``: the setting
+`topology_manager.pod_level_resource_managers`, container scope only) the same holds except for a
+container whose own data proves own CPU and memory requests = limits, whole CPUs (intent.own_milli,
+own_requests.py): it keeps its exclusive CPUs and memory, as the kubelet's `guaranteedCPUs` /
+`getContainerRequestedResources` give it, whether its pod was known at its create or shown later.
+Its pod's cgroup then keeps no CFS quota (the kubelet's PodHasExclusiveCPUs is true: core/quotas.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -38,12 +45,29 @@ from ...engine.qos import QoS
 from .intent import GUARANTEED, ContainerIntent, cpu_limit_milli
 from .records import NodeState, Tracked
 
+if TYPE_CHECKING:
+    from ...config import Settings
+
 log = structlog.get_logger("nri_pinner.service")
 
 
-def as_pod_level(intent: ContainerIntent, reason: str) -> ContainerIntent:
-    """The container of a pod with pod-level resources: no exclusive CPUs (request read as 0)."""
-    return replace(intent, request_milli=0, pod_level=intent.pod_level or reason)
+def gated(settings: Settings) -> bool:
+    """The kubelet's PodLevelResourceManagers gate as configured (config refuses it in pod scope)."""
+    tm = settings.topology_manager
+    return tm.pod_level_resource_managers and tm.scope == "container"
+
+
+def as_pod_level(intent: ContainerIntent, reason: str, gated: bool = False) -> ContainerIntent:
+    """The container of a pod with pod-level resources: no exclusive CPUs (request read as 0), unless
+    the gate is on and its own data proves it Guaranteed-equivalent (its own whole CPUs)."""
+    return replace(intent, request_milli=intent.own_milli if gated else 0, pod_level=intent.pod_level or reason)
+
+
+def keeps_exclusive(tr: NodeState, intent: ContainerIntent) -> bool:
+    """Under the gate: does the pod of this (settled) container hold exclusive CPUs, its own included?"""
+    if intent.request_milli:
+        return True
+    return any((a := tr.assignment(t)) is not None and a.exclusive for t in tr.containers.in_pod(intent.pod_key))
 
 
 def pod_limits(pod: Any) -> tuple[int, int]:
@@ -79,10 +103,11 @@ def exceeds(pod: Any, together: Iterable[ContainerIntent]) -> str:
     return ""
 
 
-def settle(tr: NodeState, intent: ContainerIntent, pod: Any) -> ContainerIntent:
+def settle(tr: NodeState, intent: ContainerIntent, pod: Any, gated: bool = False) -> ContainerIntent:
     """At a kubelet pod's container create, before its admission: is its pod one with pod-level
     resources? If so (now or already known), the container gets none, and its siblings admitted
-    before anything showed it go to the shared pool."""
+    before anything showed it go to the shared pool (under the gate: those whose own data proves
+    them Guaranteed-equivalent keep theirs)."""
     if not intent.kubelet or intent.qos != GUARANTEED:
         return intent  # only a Guaranteed pod's containers get exclusive CPUs or memory at all
     key = (intent.pod_key, intent.container)
@@ -93,11 +118,11 @@ def settle(tr: NodeState, intent: ContainerIntent, pod: Any) -> ContainerIntent:
         reason = exceeds(pod, [*running, intent])
     if not reason:
         return intent
-    demote(tr, siblings, reason)
-    return as_pod_level(intent, reason)
+    demote(tr, siblings, reason, gated)
+    return as_pod_level(intent, reason, gated)
 
 
-def demote(tr: NodeState, siblings: Iterable[Tracked], reason: str) -> None:
+def demote(tr: NodeState, siblings: Iterable[Tracked], reason: str, gated: bool = False) -> None:
     """Siblings admitted before their pod was known to use pod-level resources: shared, their
     exclusive CPUs and memory released (the new cpusets reach them as any pool change does). One
     whose CFS quota we removed gets the kubelet's back in an NRI update (reply_updates.quota_back),
@@ -106,7 +131,9 @@ def demote(tr: NodeState, siblings: Iterable[Tracked], reason: str) -> None:
     for t in siblings:
         if t.intent.pod_level:
             continue
-        t.intent = as_pod_level(t.intent, reason)
+        t.intent = as_pod_level(t.intent, reason, gated)
+        if t.intent.request_milli:  # gated, its own request proven: admitted with it, it keeps its CPUs
+            continue
         a = tr.assignment(t)
         if a is None:
             continue

@@ -111,9 +111,9 @@ def note_unreadable(result: Rebuilt, metrics: Metrics) -> None:
 
 def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             containers: Sequence[api.Container], cgroup: CgroupReader | None = None,
-            start: EngineState | None = None) -> Rebuilt:
+            start: EngineState | None = None, gated: bool = False) -> Rebuilt:
     """``start``: place the containers into this state instead of an empty one (adopting a container
-    an event names that Synchronize did not list, `core/resizing.py`)."""
+    an event names that Synchronize did not list, `core/resizing.py`); ``gated``: pod_level.gated."""
     pods_by_id = {p.id: p for p in pods}
     active = [c for c in containers if c.pod_sandbox_id in pods_by_id
               and (c.state != api.CONTAINER_STOPPED or _kept_stopped(c, pods_by_id, prior))]
@@ -136,7 +136,7 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
         pod = pods_by_id[c.pod_sandbox_id]
         intent = intents[c.id]
         if c.pod_sandbox_id in pod_levels and intent.kubelet and intent.qos == GUARANTEED:
-            intent = pod_level.as_pod_level(intent, pod_levels[c.pod_sandbox_id])
+            intent = pod_level.as_pod_level(intent, pod_levels[c.pod_sandbox_id], gated)
         actual, mems = CPUSet(), _mems(c.linux.resources.cpu.mems)
         stopped = c.state == api.CONTAINER_STOPPED
         try:
@@ -151,7 +151,7 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             if entry is not None and entry.get("restartable") and intent.init:
                 intent = replace(intent, restartable=True)  # found running as a sidecar before the restart
             key = intent_key(intent)
-            if entry is not None and entry.get("memory_blocks") and not intent.pod_level:
+            if entry is not None and entry.get("memory_blocks") and not (intent.pod_level and not intent.request_milli):
                 state = restore_memory(engine, state, key, entry, repairs)
             if stopped:
                 if key in shared:

@@ -29,6 +29,7 @@ from ...engine.cpumanager.static_policy import guaranteed_cpus
 from ...engine.cpuset import CPUSet, CPUSetError
 from ...nri.gen import api_pb2 as api
 from ...nri.handlers import UpdatesReply
+from . import pod_level
 from .effects import Refusal
 from .events import UpdateContainer, UpdatePodSandbox
 from .intent import GUARANTEED, cpu_limit_milli, shares_to_milli
@@ -143,7 +144,7 @@ def _adopt(core: NodeCore, event: UpdateContainer) -> Tracked | None:
     entry = core.prior.get(c.id)
     cgroups = event.cgroups
     result = rebuild(node.engine, {c.id: entry} if entry is not None else {}, [req.pod], [c],
-                     cgroups.get if cgroups else None, start=node.state)
+                     cgroups.get if cgroups else None, start=node.state, gated=pod_level.gated(core.settings))
     t = result.containers.get(c.id)
     if t is None:
         return None
@@ -202,7 +203,8 @@ def _resize(core: NodeCore, t: Tracked, event: UpdateContainer) -> int | Refusal
     if t.intent.pod_level:  # the kubelet's managers skip such a pod at a resize too (pod_level.py)
         t.intent = replace(t.intent, limit_milli=limit)
         _note(core, t, "pod-level", "", before, before, request, limit,
-              "its pod uses pod-level resources: no exclusive CPUs; resize keeps the shared pool")
+              "its pod uses pod-level resources: resize keeps its CPUs (the shared pool, or under the "
+              "PodLevelResourceManagers gate its own exclusive ones)")
         return 0
     if t.intent.source != "cgroup":  # the pod's annotation fixes the CPUs; the kubelet's values do not
         _note(core, t, "annotation", "", before, before, request, limit,
