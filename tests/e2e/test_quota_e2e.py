@@ -25,7 +25,7 @@ from . import host_cleanup as hc
 from . import kubelet_model as km
 from . import kubelet_pod as kp
 from . import kubelet_slice as ks
-from . import node_env
+from . import node_env, resource_annotator
 from .harness import PrivateContainerd
 from .pinner import start_pinner, wait_for
 from .pods import DEFAULT_GUARANTEED_MEMORY, WORKLOAD, remove_pod, resources_for, start_pod
@@ -77,36 +77,47 @@ def _throttled(d: Path) -> int:
     raise AssertionError(f"no nr_throttled in {d}/cpu.stat")
 
 
-def test_a_busy_pinned_container_and_its_pod_run_without_a_quota(containerd: PrivateContainerd) -> None:
+def _kubelet_pod_cgroup(containerd: PrivateContainerd, parent: str, cpu_milli: int, memory: int) -> None:
+    """The kubelet's pod cgroup before RunPodSandbox (EnsureExists → ResourceConfigForPod: shares of the
+    requests, quota and memory of the limits; of spec.resources when the pod sets them)."""
+    containerd.record_pod_cgroup(parent)  # the harness's cleanup removes it (stops the slice)
+    quota = cpu_milli * PERIOD // 1000
+    if node_env.SYSTEMD:
+        ks.create(parent, ks.PodResources(km.milli_cpu_to_shares(cpu_milli), quota, PERIOD, memory))
+        return
+    d = _cpu_dir(parent)
+    if (hc.CGROUP_ROOT / "cgroup.controllers").exists():  # v2: runc's fs2 Apply enables the controllers
+        ks.create_cgroup_path(d)
+    d.mkdir(parents=True, exist_ok=True)
+    _set_quota(d, quota)
+
+
+def systemd_quota(parent: str) -> str:
+    """What systemd re-applies to the kubelet's pod slice ("" without systemd)."""
+    return ks.shown(ks.unit_and_parent(parent)[0], "CPUQuotaPerSecUSec") if node_env.SYSTEMD else ""
+
+
+def _skip_without_pod_slices() -> None:
     if node_env.SYSTEMD and not (hc.CGROUP_ROOT / "cgroup.controllers").exists():
         pytest.skip("the kubelet's pod slice is built here on cgroup v2 only (runc's fs2 writes)")
+
+
+def test_a_busy_pinned_container_and_its_pod_run_without_a_quota(containerd: PrivateContainerd) -> None:
+    _skip_without_pod_slices()
     pinner = start_pinner(containerd)
     uid = str(uuid.uuid4())
     spec = kp.Pod(f"quota-{uid[:8]}", "default", uid, containers=(
         kp.Container("app", resources_for("guaranteed", 1000, 1000, None, None), command=BUSY),
         kp.Container("side", resources_for("guaranteed", 500, 500, None, None), command=WORKLOAD)))
-    pod_quota = 1500 * PERIOD // 1000  # ResourceConfigForPod: the sum of the limits x period
 
-    def ensure_exists(parent: str) -> None:  # the kubelet's pod cgroup, before RunPodSandbox
-        containerd.record_pod_cgroup(parent)  # the harness's cleanup removes it (stops the slice)
-        if node_env.SYSTEMD:  # ResourceConfigForPod: shares of the requests, quota, memory of the limits
-            ks.create(parent, ks.PodResources(km.milli_cpu_to_shares(1500), pod_quota, PERIOD,
-                                              2 * DEFAULT_GUARANTEED_MEMORY))
-            return
-        d = _cpu_dir(parent)
-        if (hc.CGROUP_ROOT / "cgroup.controllers").exists():  # v2: runc's fs2 Apply enables the controllers
-            ks.create_cgroup_path(d)
-        d.mkdir(parents=True, exist_ok=True)
-        _set_quota(d, pod_quota)
+    def ensure_exists(parent: str) -> None:  # the pod's limits: the sum of its containers'
+        _kubelet_pod_cgroup(containerd, parent, 1500, 2 * DEFAULT_GUARANTEED_MEMORY)
 
     def resize_pod(parent: str, quota: int) -> None:  # the kubelet's pod cgroup write of a resize
         if node_env.SYSTEMD:
             ks.resize_cpu(parent, quota, PERIOD)
         else:
             _set_quota(_cpu_dir(parent), quota)
-
-    def systemd_quota(parent: str) -> str:  # what systemd re-applies to the slice ("" without systemd)
-        return ks.shown(ks.unit_and_parent(parent)[0], "CPUQuotaPerSecUSec") if node_env.SYSTEMD else ""
 
     pod = start_pod(containerd.cri, containerd.pods_dir, ensure_exists, spec)
     try:
@@ -146,4 +157,45 @@ def test_a_busy_pinned_container_and_its_pod_run_without_a_quota(containerd: Pri
     finally:
         remove_pod(containerd.cri, pod, stop_timeout_s=2)
         if node_env.SYSTEMD:  # StopUnit of the kubelet's slice (its Destroy once the pod is gone)
+            hc.stop_pod_slice(ks.unit_and_parent(pod.cgroup_parent)[0])
+
+
+def test_under_the_gate_a_pod_level_pod_pins_its_guaranteed_equivalent_container(
+        containerd: PrivateContainerd) -> None:
+    """The kubelet 1.36 alpha gate PodLevelResourceManagers in container scope (README "Pod-level
+    resource managers"): a Guaranteed pod with spec.resources 1500m; "a" has nothing of its own (the
+    kubelet gives it the pod's limit as its quota: kuberuntime_container_linux.go getCPULimit) and is
+    created first, its create shows the pod; "own" has 1 CPU and memory of its own, its spec in
+    noderesource.dev/resources (resource_annotator.py). "own" is pinned and runs with no quota, and so
+    does the pod cgroup (the kubelet's PodHasExclusiveCPUs); "a" stays shared with its quota. Gate off,
+    nothing is pinned (test_kubelet_pods_e2e.py)."""
+    _skip_without_pod_slices()
+    pinner = start_pinner(containerd, topology_manager={"pod_level_resource_managers": True})
+    uid = str(uuid.uuid4())
+    memory = DEFAULT_GUARANTEED_MEMORY
+    level = km.PodLevel(cpu_milli_request=1500, cpu_milli_limit=1500, memory_request=2 * memory,
+                        memory_limit=2 * memory)
+    a = kp.Container("a", command=WORKLOAD)
+    own = kp.Container("own", km.ContainerResources(1000, 1000, memory, memory), command=WORKLOAD)
+    spec = kp.Pod(f"plrm-{uid[:8]}", "default", uid, containers=(a, own), resources=level,
+                  annotations=resource_annotator.annotations(a, own))
+    pod_quota = 1500 * PERIOD // 1000
+    pod = start_pod(containerd.cri, containerd.pods_dir,
+                    lambda parent: _kubelet_pod_cgroup(containerd, parent, 1500, 2 * memory), spec)
+    try:
+        own_id, a_id = pod.containers["own"], pod.containers["a"]
+        assert pinner.assignment(own_id)["exclusive"] is True and pinner.assignment(a_id)["exclusive"] is False
+        assert containerd.cpus_allowed_list(own_id) == pinner.assignment(own_id)["cpus"]
+        pod_dir = _cpu_dir(pod.cgroup_parent)
+        assert wait_for(lambda: _quota(pod_dir) == -1, timeout=3.0), _quota(pod_dir)
+        quotas = {"own": _quota(containerd.cgroup_dir(own_id, "cpu")), "a": _quota(containerd.cgroup_dir(a_id, "cpu"))}
+        print(f"\ne2e: containerd {containerd.version}: gated pod-level pod: own on "
+              f"{pinner.assignment(own_id)['cpus']}, a on {pinner.assignment(a_id)['cpus']}; cfs quota {quotas}")
+        assert quotas == {"own": -1, "a": pod_quota}
+        if node_env.SYSTEMD:
+            assert wait_for(lambda: systemd_quota(pod.cgroup_parent) == "infinity", timeout=3.0), \
+                systemd_quota(pod.cgroup_parent)
+    finally:
+        remove_pod(containerd.cri, pod, stop_timeout_s=2)
+        if node_env.SYSTEMD:
             hc.stop_pod_slice(ks.unit_and_parent(pod.cgroup_parent)[0])

@@ -16,7 +16,6 @@ Guaranteed-equivalent ones.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, RuntimePro
 from testkit.pod_builders import nri_container_from_cri, nri_pod_from_cri
 from tests.e2e import kubelet_model as km
 from tests.e2e import kubelet_pod as kp
+from tests.e2e.resource_annotator import annotations as annotator
 
 GiB = 1 << 30
 NODE = km.Node(memory_capacity=64 * GiB)
@@ -45,18 +45,6 @@ C3 = kp.Container("c3", km.ContainerResources(500, 1000))  # request below its o
 C4 = kp.Container("c4")  # nothing of its own: the pod's limit as quota and shares, shared
 GATED = {"pod_level_resource_managers": True}
 ORDERS = [("c4", "c1", "c3", "c2"), ("c1", "c2", "c3", "c4")]  # c4 shows the pod at its create
-
-
-def annotator(*containers: kp.Container) -> dict[str, str]:
-    """containers/nri-plugins' resource annotator: each container's spec as written (quantities as strings)."""
-    def spec(r: km.ContainerResources) -> dict[str, Any]:
-        out: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
-        for kind, cpu, mem in (("requests", r.cpu_milli_request, r.memory_request),
-                               ("limits", r.cpu_milli_limit, r.memory_limit)):
-            out[kind].update({"cpu": f"{cpu}m"} if cpu else {})
-            out[kind].update({"memory": str(mem)} if mem else {})
-        return {k: v for k, v in out.items() if v}
-    return {"noderesource.dev/resources": json.dumps({"containers": {c.name: spec(c.resources) for c in containers}})}
 
 
 def messages(pod: kp.Pod) -> tuple[api.PodSandbox, dict[str, api.Container]]:
