@@ -23,5 +23,5 @@ def container_spec(r: km.ContainerResources) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v}
 
 
-def annotations(*containers: kp.Container) -> dict[str, str]:
+def pod_annotations(*containers: kp.Container) -> dict[str, str]:
     return {ANNOTATION: json.dumps({"containers": {c.name: container_spec(c.resources) for c in containers}})}

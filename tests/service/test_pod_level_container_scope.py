@@ -33,7 +33,7 @@ from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, RuntimePro
 from testkit.pod_builders import nri_container_from_cri, nri_pod_from_cri
 from tests.e2e import kubelet_model as km
 from tests.e2e import kubelet_pod as kp
-from tests.e2e.resource_annotator import annotations as annotator
+from tests.e2e.resource_annotator import pod_annotations as annotator
 
 GiB = 1 << 30
 NODE = km.Node(memory_capacity=64 * GiB)
