@@ -178,7 +178,7 @@ def test_under_the_gate_a_pod_level_pod_pins_its_guaranteed_equivalent_container
     a = kp.Container("a", command=WORKLOAD)
     own = kp.Container("own", km.ContainerResources(1000, 1000, memory, memory), command=WORKLOAD)
     spec = kp.Pod(f"plrm-{uid[:8]}", "default", uid, containers=(a, own), resources=level,
-                  annotations=resource_annotator.annotations(a, own))
+                  annotations=resource_annotator.pod_annotations(a, own))
     pod_quota = 1500 * PERIOD // 1000
     pod = start_pod(containerd.cri, containerd.pods_dir,
                     lambda parent: _kubelet_pod_cgroup(containerd, parent, 1500, 2 * memory), spec)

@@ -33,7 +33,7 @@ from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, RuntimePro
 from testkit.pod_builders import nri_container_from_cri, nri_pod_from_cri
 from tests.e2e import kubelet_model as km
 from tests.e2e import kubelet_pod as kp
-from tests.e2e.resource_annotator import annotations as annotator
+from tests.e2e.resource_annotator import pod_annotations as annotator
 
 GiB = 1 << 30
 NODE = km.Node(memory_capacity=64 * GiB)
@@ -50,7 +50,8 @@ ORDERS = [("c4", "c1", "c3", "c2"), ("c1", "c2", "c3", "c4")]  # c4 shows the po
 def messages(pod: kp.Pod) -> tuple[api.PodSandbox, dict[str, api.Container]]:
     sandbox = nri_pod_from_cri(kp.sandbox_config(pod, NODE), f"sb-{pod.name}")
     return sandbox, {c.name: nri_container_from_cri(kp.container_config(pod, c.name, NODE, IMAGE), sandbox,
-                                                    f"{pod.name}-{c.name}") for c in pod.containers}
+                                                    f"{pod.name}-{c.name}")
+                     for c in pod.init_containers + pod.containers}
 
 
 def pod6(*containers: kp.Container, annotations: dict[str, str] | None = None) -> kp.Pod:
