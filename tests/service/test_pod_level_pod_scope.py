@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 from svc_harness import assignments, checkpoint_entries, make_settings, running
 from test_pod_level_container_scope import C1, C2, C3, C4, GiB, create_all, messages, pod6
 
@@ -43,6 +44,7 @@ def as_listed(c: dict[str, api.Container], replies: dict[str, api.CreateContaine
         ctr.CopyFrom(c[n])
         ctr.state = api.CONTAINER_RUNNING
         ctr.linux.resources.cpu.cpus = reply.adjust.linux.resources.cpu.cpus
+        ctr.linux.resources.cpu.mems = reply.adjust.linux.resources.cpu.mems
         listed.append(ctr)
     return listed
 
@@ -157,6 +159,12 @@ async def test_a_restart_restores_the_block_from_the_checkpoint(workdir: Path) -
         block = r.svc.plugin.core.node.state.pod_blocks["uid-plrm"].block
     assert all("pod_block" in e for e in checkpoint_entries(settings).values())
     listed = as_listed(c, replies)
+    with structlog.testing.capture_logs() as logs:
+        async with running(settings, pods=[sandbox], containers=listed) as r:
+            node = r.svc.plugin.core.node
+            assert node.state.pod_blocks["uid-plrm"].block == block
+            assert r.conn.sync_updates == []  # everyone already runs where the checkpoint says
+    assert not [e for e in logs if str(e["event"]).startswith("state repaired")], logs
     async with running(settings, pods=[sandbox], containers=listed) as r:
         node = r.svc.plugin.core.node
         assert node.state.pod_blocks["uid-plrm"].block == block
@@ -182,3 +190,24 @@ async def test_a_restart_without_the_checkpoint_leaves_the_pod_without_a_block(w
         rows = assignments(r.svc)
         assert not any(rows[c[n].id]["exclusive"] for n in ("c1", "c2", "c4"))
         assert not r.svc.plugin.core.node.state.pod_blocks
+
+
+@pytest.mark.parametrize("pod_cpus", [6, 7], ids=["fits-one-numa-node", "fits-none"])
+async def test_single_numa_node_aligns_the_block_or_refuses_the_pod(workdir: Path, pod_cpus: int) -> None:
+    """The pod's one merge (scope_pod.go admitUsingPodResources): its CPU hints for the whole block. 12 CPUs,
+    2 NUMA nodes of 6, CPU 0 reserved: 6 fit on node 1 only; 7 fit on none → TopologyAffinityError."""
+    level = km.PodLevel(pod_cpus * 1000, pod_cpus * 1000, 6 * GiB, 6 * GiB)
+    pod = kp.Pod("plrm", "default", "uid-plrm", (C1, C4), resources=level, annotations=annotator(C1, C4))
+    sandbox, c = messages(pod)
+    settings = make_settings(workdir, topology_manager={**POD_SCOPE, "policy": "single-numa-node"})
+    async with running(settings) as r:
+        node = r.svc.plugin.core.node
+        if pod_cpus == 7:
+            with pytest.raises(TtrpcStatusError, match="TopologyAffinityError: pod with pod-level resources"):
+                await create_all(r, sandbox, c, ("c4",))
+            assert not node.state.pod_blocks and node.shared_pool == r.topology.online
+            return
+        await create_all(r, sandbox, c, ("c4", "c1"))
+        block = node.state.pod_blocks["uid-plrm"].block
+        assert block == r.topology.numa_cpus[1]
+        assert node.state.pod_hints["uid-plrm"].affinity == 0b10

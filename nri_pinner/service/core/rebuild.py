@@ -202,7 +202,9 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
     for cid in prior:
         if cid not in tracked:
             repairs.append(f"dropped checkpoint entry for container {cid[:12]}: the runtime no longer runs it")
-    providers, blocks = state.providers, state.pod_blocks  # the CPU policy's repair pass knows neither
+    providers, blocks = state.providers, state.pod_blocks  # the CPU policy's repair pass knows neither:
+    for block in blocks.values():  # it sees the pod pools as shared, as it recomputes them
+        state = state.with_changes(default_set=state.default_set | (block.block - state.exclusive_cpus()))
     state, messages = engine.policy.start(state)
     for pod_key, block in blocks.items():
         if state.pod_assignments(pod_key):  # (a block none of whose containers is left goes back)
