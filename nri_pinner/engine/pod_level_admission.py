@@ -22,7 +22,7 @@ from .cpumanager.pod_level import EmptyPodSharedPool, PodLevelSpec, allocate_pod
 from .cpumanager.state import Assignment, EngineState, PodBlock
 from .cpuset import EMPTY
 from .decision import Decision
-from .errors import TopologyAffinityError
+from .errors import InsufficientCPUs, TopologyAffinityError
 from .topologymanager.hints import TopologyHint
 from .topologymanager.merge import Policy, merge
 
@@ -50,6 +50,10 @@ def admit_pod(engine: Engine, state: EngineState, spec: PodLevelSpec) -> tuple[E
     alloc = allocate_pod(engine.policy, state, spec, hint.affinity if hint is not None else None)
     if alloc is None:
         return state, None
+    if not alloc.default_set and not engine.policy.reserved:  # as Engine.admit: shared containers need CPUs
+        n = len(alloc.block)
+        raise InsufficientCPUs(n, n, f"taking the pod's block of {n} CPUs would leave the shared pool empty; "
+                                     "reserve CPUs (cpu_manager.reserved_cpus or reserved_cpu_count)")
     block = PodBlock(alloc.block, dict(alloc.cpus), alloc.exclusive, alloc.pod_pool)
     state = state.with_pod_block(spec.pod, block, alloc.default_set)
     return (state.with_pod_hint(spec.pod, hint) if hint is not None else state), hint

@@ -73,6 +73,8 @@ async def test_the_block_its_slices_and_the_pod_pool(workdir: Path, profile: Run
         node = r.svc.plugin.core.node
         assert node.state.pod_blocks["uid-plrm"].block == block
         assert not node.shared_pool & block and node.shared_pool | block == r.topology.online
+        shown = r.svc.document()["pod_blocks"]["uid-plrm"]  # `nri-pinner status`
+        assert (shown["block"], shown["pod_pool"], shown["exclusive"]) == (str(block), str(c4), ["c1", "c2"])
         # every container's cpuset is its part from its create on: no later reply moves one
         for n in order:
             assert CPUSet.parse(replies[n].adjust.linux.resources.cpu.cpus) == cpus(rows, c[n])
@@ -211,3 +213,16 @@ async def test_single_numa_node_aligns_the_block_or_refuses_the_pod(workdir: Pat
         block = node.state.pod_blocks["uid-plrm"].block
         assert block == r.topology.numa_cpus[1]
         assert node.state.pod_hints["uid-plrm"].affinity == 0b10
+
+
+async def test_a_block_that_would_empty_the_shared_pool_without_reserved_cpus_is_refused(workdir: Path) -> None:
+    """No reserved CPUs (strict: the kubelet requires some) and a block of every CPU: refused as an exclusive
+    admission that empties the shared pool is (Engine.admit), never leaving shared containers no cpuset."""
+    level = km.PodLevel(12000, 12000, 6 * GiB, 6 * GiB)
+    pod = kp.Pod("plrm", "default", "uid-plrm", (C1, C4), resources=level, annotations=annotator(C1, C4))
+    sandbox, c = messages(pod)
+    settings = make_settings(workdir, topology_manager=POD_SCOPE, cpu_manager={"reserved_cpus": ""})
+    async with running(settings) as r:
+        with pytest.raises(TtrpcStatusError, match="InsufficientCPUs: taking the pod's block of 12 CPUs"):
+            await create_all(r, sandbox, c, ("c4",))
+        assert not r.svc.plugin.core.node.state.pod_blocks
