@@ -19,17 +19,6 @@ def off_or_seconds_problem(low: float, high: float) -> Callable[[float], str | N
     return lambda v: None if v == 0 or low <= v <= high else f"must be 0 (off) or between {low:g} and {high:g}"
 
 
-def pod_level_resource_managers_problem(on: bool, scope: str) -> str | None:
-    """The kubelet 1.36 alpha gate: built for topology-manager container scope (service/core/
-    own_requests.py, pod_level.py). Pod scope (the pod's block, slices and pod pool) is computed by the
-    engine only (engine/cpumanager/pod_level.py), nothing applies it, so "on" there is refused."""
-    if not on or scope == "container":
-        return None
-    return ("not implemented yet (pod scope): with topology_manager.scope = \"pod\" the kubelet 1.36 alpha "
-            "PodLevelResourceManagers (the pod's CPU block, exclusive slices, pod pool, its Memory Manager "
-            "part and hints) is not built; use scope \"container\" or leave it false")
-
-
 def reserved_memory_problem(v: str) -> str | None:
     from ..engine.memorymanager.provider import parse_reserved_memory
     try:

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 from ..engine.cpumanager.releases import DEFAULT_RELEASE, POST_RELEASE_FIXES, release_of, release_problem
 from ..engine.cpuset import CPUSet, CPUSetError
 from .checks import metrics_address_problem, off_or_seconds_problem, plugin_name_problem, reserved_memory_problem
-from .checks import pod_level_resource_managers_problem as _plrm_problem
 from .checks import seconds_problem as _seconds_problem
 from .policy_options import MIN_MAX_ALLOWABLE_NUMA_NODES, parse_option_table
 from .positions import key_positions, locate
@@ -305,7 +304,7 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
     if max_numa is not None and max_numa < MIN_MAX_ALLOWABLE_NUMA_NODES:
         raise r.fail("policy_options", f'the minimum value of "max-allowable-numa-nodes" should not be less '
                                        f"than {MIN_MAX_ALLOWABLE_NUMA_NODES}")
-    plrm = r.get("pod_level_resource_managers", bool, False, lambda on: _plrm_problem(on, scope))
+    plrm = r.get("pod_level_resource_managers", bool, False)  # both scopes built (README)
     topo = TopologyManagerSettings(policy=policy, scope=scope, policy_options=topo_options,
                                    max_allowable_numa_nodes=max_numa, pod_level_resource_managers=plrm)
     r.done()

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ..config import Settings
+from . import pod_level_admission
 from .cpumanager.options import StaticPolicyOptions
 from .cpumanager.resize import ResizeDecision, refused
 from .cpumanager.resize import resize as resize_container
@@ -165,6 +166,8 @@ class Engine:
                                    mems, alloc.shared_pool, hint, provider_hints=shown)
 
     def remove(self, state: EngineState, pod: str, container: str) -> EngineState:
+        if pod in state.pod_blocks:  # pod scope, pod-level: the block goes back with the last record only
+            return pod_level_admission.release(self, state, pod, container)
         state = self.policy.remove(state, pod, container)
         if self.memory is not None and "memory" in state.providers:
             mstate = memory_state(state.providers["memory"])

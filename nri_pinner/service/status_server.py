@@ -64,6 +64,8 @@ def status_document(view: View, stub: Stub | None, reconcile_repairs: int = 0,
     doc: dict[str, Any] = {
         "assignments": assignments, "pools": pools, "topology": topo.to_json(), "decisions": decisions,
         "health": health, "policy": {"topology_manager": engine.manager.policy.value, "scope": engine.scope}}
+    if state.pod_blocks:  # pod scope, pod-level: each pod's block, its parts and its pod pool
+        doc["pod_blocks"] = {pod: b.to_dict() for pod, b in sorted(state.pod_blocks.items())}
     if nics is not None:  # hints.providers has "nics": each sandbox's NICs and the hints they give
         for entry in nics:
             hints = nic_hints(topo.numa_nodes, entry.get("numa", ()))

@@ -1,8 +1,7 @@
 """topology_manager.pod_level_resource_managers: the kubelet 1.36 alpha gate PodLevelResourceManagers.
 Off by default, as the kubelet. "on" is built for container scope (service/core/own_requests.py,
-tests/service/test_pod_level_container_scope.py); in pod scope it is refused as not implemented (the
-engine computes the pod-scope allocation, tests/engine/test_pod_level_resource_managers.py, but nothing
-applies it), never ignored."""
+tests/service/test_pod_level_container_scope.py) and for pod scope (service/core/pod_scope_blocks.py,
+tests/service/test_pod_level_pod_scope.py)."""
 
 from __future__ import annotations
 
@@ -23,12 +22,9 @@ def test_on_is_accepted_in_container_scope(scope: str) -> None:
     assert (tm.pod_level_resource_managers, tm.scope) == (True, "container")
 
 
-def test_on_in_pod_scope_is_refused_as_not_implemented_at_its_line() -> None:
-    text = '[topology_manager]\nscope = "pod"\npod_level_resource_managers = true\n'
-    with pytest.raises(ConfigError) as err:
-        load(text, "c.toml")
-    assert "c.toml:3:1: topology_manager.pod_level_resource_managers: not implemented yet (pod scope)" \
-        in str(err.value)
+def test_on_is_accepted_in_pod_scope() -> None:
+    tm = load('[topology_manager]\nscope = "pod"\npod_level_resource_managers = true\n').topology_manager
+    assert (tm.pod_level_resource_managers, tm.scope) == (True, "pod")
 
 
 def test_a_non_boolean_is_refused() -> None:

@@ -23,5 +23,8 @@ def container_spec(r: km.ContainerResources) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v}
 
 
-def pod_annotations(*containers: kp.Container) -> dict[str, str]:
-    return {ANNOTATION: json.dumps({"containers": {c.name: container_spec(c.resources) for c in containers}})}
+def pod_annotations(*containers: kp.Container, init: tuple[kp.Container, ...] = ()) -> dict[str, str]:
+    doc = {"containers": {c.name: container_spec(c.resources) for c in containers}}
+    if init:
+        doc["initContainers"] = {c.name: container_spec(c.resources) for c in init}
+    return {ANNOTATION: json.dumps(doc)}

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from nri_pinner.engine.cpuset import CPUSet
+
 from . import host_cleanup as hc
 from . import kubelet_model as km
 from . import kubelet_pod as kp
@@ -199,3 +201,39 @@ def test_under_the_gate_a_pod_level_pod_pins_its_guaranteed_equivalent_container
         remove_pod(containerd.cri, pod, stop_timeout_s=2)
         if node_env.SYSTEMD:
             hc.stop_pod_slice(ks.unit_and_parent(pod.cgroup_parent)[0])
+
+
+
+def test_in_pod_scope_a_pod_level_pods_containers_share_its_block(containerd: PrivateContainerd) -> None:
+    """The gate in topology-manager pod scope (README "Pod-level resource managers"): a Guaranteed pod with
+    spec.resources 1 CPU whose whole spec noderesource.dev/resources carries gets a block of one CPU at its
+    first create; "a" and "b" have nothing of their own, so both run on the pod pool (the block: no slices)
+    with the kubelet's quota (KEP-5526: the pod pool keeps it); the node's shared pool loses the block until
+    the pod goes. Two CPUs here, one reserved: no room for a slice beside a pod pool."""
+    _skip_without_pod_slices()
+    pinner = start_pinner(containerd, topology_manager={"scope": "pod", "pod_level_resource_managers": True})
+    uid = str(uuid.uuid4())
+    memory = DEFAULT_GUARANTEED_MEMORY
+    level = km.PodLevel(cpu_milli_request=1000, cpu_milli_limit=1000, memory_request=2 * memory,
+                        memory_limit=2 * memory)
+    a, b = kp.Container("a", command=WORKLOAD), kp.Container("b", command=WORKLOAD)
+    spec = kp.Pod(f"plrm-{uid[:8]}", "default", uid, containers=(a, b), resources=level,
+                  annotations=resource_annotator.pod_annotations(a, b))
+    pod = start_pod(containerd.cri, containerd.pods_dir,
+                    lambda parent: _kubelet_pod_cgroup(containerd, parent, 1000, 2 * memory), spec)
+    try:
+        rows = {n: pinner.assignment(pod.containers[n]) for n in ("a", "b")}
+        block = pinner.status()["pod_blocks"][uid]["block"]
+        print(f"\ne2e: containerd {containerd.version}: pod-scope pod-level pod: block {block}, "
+              f"a on {rows['a']['cpus']}, b on {rows['b']['cpus']}")
+        assert not rows["a"]["exclusive"] and not rows["b"]["exclusive"]
+        assert rows["a"]["cpus"] == rows["b"]["cpus"] == block
+        for n in ("a", "b"):
+            assert wait_for(lambda n=n: containerd.cpus_allowed_list(pod.containers[n]) == block, timeout=3.0)
+            assert _quota(containerd.cgroup_dir(pod.containers[n], "cpu")) == PERIOD
+        assert not CPUSet.parse(block) & CPUSet.parse(pinner.status()["pools"]["shared"])
+    finally:
+        remove_pod(containerd.cri, pod, stop_timeout_s=2)
+        if node_env.SYSTEMD:
+            hc.stop_pod_slice(ks.unit_and_parent(pod.cgroup_parent)[0])
+    assert wait_for(lambda: uid not in pinner.status().get("pod_blocks", {}), timeout=3.0)

@@ -50,7 +50,8 @@ ORDERS = [("c4", "c1", "c3", "c2"), ("c1", "c2", "c3", "c4")]  # c4 shows the po
 def messages(pod: kp.Pod) -> tuple[api.PodSandbox, dict[str, api.Container]]:
     sandbox = nri_pod_from_cri(kp.sandbox_config(pod, NODE), f"sb-{pod.name}")
     return sandbox, {c.name: nri_container_from_cri(kp.container_config(pod, c.name, NODE, IMAGE), sandbox,
-                                                    f"{pod.name}-{c.name}") for c in pod.containers}
+                                                    f"{pod.name}-{c.name}")
+                     for c in pod.init_containers + pod.containers}
 
 
 def pod6(*containers: kp.Container, annotations: dict[str, str] | None = None) -> kp.Pod:

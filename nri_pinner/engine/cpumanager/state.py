@@ -82,6 +82,31 @@ class Assignment:
 
 
 @dataclass(frozen=True)
+class PodBlock:
+    """A pod's CPU block under topology-manager pod scope with the kubelet 1.36 alpha gate
+    `PodLevelResourceManagers` (cpumanager/pod_level.py `allocate_pod`): out of the shared pool from
+    the pod's admission until its last record goes. ``cpus``: each container's CPUs (an exclusive
+    slice, the block less the sidecars' slices for a regular shared init container, else the pod
+    pool); ``exclusive``: the containers holding a slice of their own."""
+
+    block: CPUSet
+    cpus: Mapping[str, CPUSet]
+    exclusive: frozenset[str]
+    pod_pool: CPUSet
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"block": str(self.block), "cpus": {n: str(c) for n, c in sorted(self.cpus.items())},
+                "exclusive": sorted(self.exclusive), "pod_pool": str(self.pod_pool)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> PodBlock:
+        if not isinstance(data, Mapping) or not isinstance(data.get("cpus"), Mapping):
+            raise ValueError(f"pod block must be an object with block, cpus, exclusive, pod_pool, got {data!r}")
+        return cls(CPUSet.parse(str(data["block"])), {str(n): CPUSet.parse(str(c)) for n, c in data["cpus"].items()},
+                   frozenset(str(n) for n in data.get("exclusive") or ()), CPUSet.parse(str(data["pod_pool"])))
+
+
+@dataclass(frozen=True)
 class EngineState:
     """Shared pool (``default_set``), assignments keyed by (pod, container), and per-pod reusable CPUs.
 
@@ -105,6 +130,7 @@ class EngineState:
     # union of exclusive CPUs, carried from state to state (None = not known yet, computed on demand)
     exclusive_mask: int | None = field(default=None, compare=False, repr=False, kw_only=True)
     pod_hints: Mapping[str, TopologyHint] = field(default_factory=dict, kw_only=True)
+    pod_blocks: Mapping[str, PodBlock] = field(default_factory=dict, kw_only=True)  # pod -> its PodBlock
 
     # -- queries -------------------------------------------------------------------------------
     def get(self, pod: str, container: str) -> Assignment | None:
@@ -153,6 +179,7 @@ class EngineState:
             exclusive_mask=mask,
             reuse_pod=self.reuse_pod if isinstance(reuse_pod, _Keep) else reuse_pod,
             pod_hints=self.pod_hints,
+            pod_blocks=self.pod_blocks,
         )
 
     def with_reusable_recomputed(self) -> EngineState:
@@ -178,12 +205,14 @@ class EngineState:
         if any(a.exclusive for a in records.values()):
             raise ValueError("with_shared takes shared records only")
         return EngineState(self.default_set, assignments, self.reusable, self.providers,
-                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod, pod_hints=self.pod_hints)
+                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod, pod_hints=self.pod_hints,
+                           pod_blocks=self.pod_blocks)
 
     def with_provider(self, name: str, value: Any) -> EngineState:
         """A copy with one resource manager's state replaced (CPU state shared, it is immutable)."""
         return EngineState(self.default_set, self.assignments, self.reusable, {**self.providers, name: value},
-                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod, pod_hints=self.pod_hints)
+                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod, pod_hints=self.pod_hints,
+                           pod_blocks=self.pod_blocks)
 
     def with_pod_hint(self, pod: str, hint: TopologyHint | None) -> EngineState:
         """A copy with the pod's hint set, or forgotten (None)."""
@@ -191,7 +220,17 @@ class EngineState:
         if hint is not None:
             hints[pod] = hint
         return EngineState(self.default_set, self.assignments, self.reusable, self.providers,
-                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod, pod_hints=hints)
+                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod, pod_hints=hints,
+                           pod_blocks=self.pod_blocks)
+
+    def with_pod_block(self, pod: str, block: PodBlock | None, default_set: CPUSet) -> EngineState:
+        """A copy with the pod's block recorded (or forgotten: None) and the shared pool given."""
+        blocks = {p: b for p, b in self.pod_blocks.items() if p != pod}
+        if block is not None:
+            blocks[pod] = block
+        return EngineState(default_set, self.assignments, self.reusable, self.providers,
+                           exclusive_mask=self.exclusive_mask, reuse_pod=self.reuse_pod, pod_hints=self.pod_hints,
+                           pod_blocks=blocks)
 
     # -- serialisation ---------------------------------------------------------------------------
     def hold(self, a: Assignment) -> EngineState:
@@ -208,6 +247,8 @@ class EngineState:
             **({"pod_hints": {pod: {"numa": None if h.affinity is None else nodes_of(h.affinity),
                                     "preferred": h.preferred} for pod, h in sorted(self.pod_hints.items())}}
                if self.pod_hints else {}),
+            **({"pod_blocks": {pod: b.to_dict() for pod, b in sorted(self.pod_blocks.items())}}
+               if self.pod_blocks else {}),
             **({"providers": {k: v.to_json() if hasattr(v, "to_json") else v
                               for k, v in sorted(self.providers.items())}} if self.providers else {}),
         }
@@ -232,6 +273,7 @@ class EngineState:
             providers=dict(data.get("providers") or {}),
             reuse_pod=None if reuse_pod is None else str(reuse_pod),
             pod_hints={str(pod): _hint_from_dict(h) for pod, h in (data.get("pod_hints") or {}).items()},
+            pod_blocks={str(pod): PodBlock.from_dict(b) for pod, b in (data.get("pod_blocks") or {}).items()},
         )
 
 

@@ -123,7 +123,10 @@ class StaticPolicy:
         return state.default_set
 
     def free_isolated(self, state: EngineState) -> CPUSet:
-        return self.topology.isolated - state.exclusive_cpus()
+        held = state.exclusive_cpus()
+        for b in state.pod_blocks.values():  # a pod's block is held whole, its pod pool included
+            held = held | b.block
+        return self.topology.isolated - held
 
     def available_for_exclusive(self, state: EngineState) -> CPUSet:
         """Free CPUs an exclusive allocation may take: shared pool minus reserved, plus free isolated if used."""

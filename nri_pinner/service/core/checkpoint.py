@@ -121,12 +121,16 @@ def held_from_checkpoint(engine: Engine, entries: Mapping[str, Mapping[str, Any]
     return state, held, problems
 
 
-def memory_entries(engine: Engine, state: EngineState, key: tuple[str, str]) -> dict[str, Any]:
-    """The container's memory blocks for its checkpoint entry (``{}`` when it holds none)."""
+def entry_extras(engine: Engine, state: EngineState, key: tuple[str, str]) -> dict[str, Any]:
+    """More for the container's checkpoint entry: its memory blocks, and its pod's CPU block when it is
+    in one (pod scope, pod-level: rebuild.py restores the block from it); ``{}`` when neither."""
+    out: dict[str, Any] = {}
+    if (pod_block := state.pod_blocks.get(key[0])) is not None:
+        out["pod_block"] = pod_block.to_dict()
     if engine.memory is None or "memory" not in state.providers:
-        return {}
+        return out
     blocks = memory_state(state.providers["memory"]).get(*key)
-    return {"memory_blocks": [b.to_dict() for b in blocks]} if blocks else {}
+    return {**out, "memory_blocks": [b.to_dict() for b in blocks]} if blocks else out
 
 
 def restore_memory(engine: Engine, state: EngineState, key: tuple[str, str],

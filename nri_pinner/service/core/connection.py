@@ -11,8 +11,8 @@ import structlog
 from ...engine.admission import AdmissionRequest
 from ...engine.qos import QoS
 from ...nri.handlers import UpdatesReply
-from . import pod_level
-from .checkpoint import Snapshot, checkpoint_entries, held_from_checkpoint, memory_entries
+from . import pod_level, pod_scope_blocks
+from .checkpoint import Snapshot, checkpoint_entries, entry_extras, held_from_checkpoint
 from .events import Configured, ReplyDiscarded, Synchronize
 from .lifecycle import pending_updates
 from .passes import pass_wait_seconds
@@ -58,7 +58,7 @@ def synchronize(core: NodeCore, event: Synchronize) -> Reply:
     node = core.node
     cgroups = event.cgroups
     result = rebuild(node.engine, core.prior, event.pods, event.containers, cgroups.get if cgroups else None,
-                     gated=pod_level.gated(core.settings))
+                     gated=pod_level.gated(core.settings), pod_scope=pod_scope_blocks.gated(core.settings))
     node.state, node.containers = result.state, Containers(result.containers)
     node.told, node.via_reply, node.recorded = result.told, set(), result.recorded
     core.seeded.clear()
@@ -89,7 +89,7 @@ def closed(core: NodeCore) -> Reply:
     abandon(core)
     view = node.view()
     core.prior = checkpoint_entries(Snapshot(view.state, view.containers, view.engine.policy.reserved,
-                                             view.shared_pool, lambda key: memory_entries(view.engine, view.state,
+                                             view.shared_pool, lambda key: entry_extras(view.engine, view.state,
                                                                                           key)).body())
     return None
 

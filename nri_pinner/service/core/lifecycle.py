@@ -16,7 +16,7 @@ from ...engine.cpumanager.static_policy import guaranteed_cpus
 from ...engine.qos import QoS
 from ...nri.gen import api_pb2 as api
 from ...nri.handlers import CpusetUpdate, CreateReply, UpdatesReply
-from . import pod_level
+from . import pod_level, pod_scope_blocks
 from .effects import Refusal
 from .events import CreateContainer, RemoveContainer, RemovePodSandbox, StartContainer, StopContainer, StopPodSandbox
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
@@ -53,7 +53,10 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     intent = role_at_create(node, intent)
     # spec.resources: the kubelet's managers skip the pod (gated: all but its Guaranteed-equivalent containers)
     intent = pod_level.settle(node, intent, req.pod, pod_level.gated(core.settings))
-    if intent.pod_level and not pod_level.keeps_exclusive(node, intent):
+    in_block = pod_scope_blocks.admission(node, core.settings, intent, req.pod)  # pod scope, gated
+    if in_block is not None:  # in its pod's block: never admitted on its own (request read as 0)
+        intent = pod_level.as_pod_level(intent, intent.pod_level or "noderesource")
+    if intent.pod_level and not pod_level.keeps_exclusive(node, intent) and not pod_scope_blocks.slices(in_block):
         core.quotas.pod_level(intent.pod_key, req.pod)  # its pod cgroup gets the kubelet's quota back (quotas.py)
     mark_sidecars(node, intent.pod_key, intent.init)
     extras = dict(event.extras)
@@ -62,7 +65,7 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     request = AdmissionRequest(intent.pod_key, intent.container, intent.qos, intent.request_milli,
                                intent.limit_milli, init=intent.init, restartable=intent.restartable,
                                pod_exclusive_cpus=None if intent.pod_level else _pod_cpus(core, req.pod), **extras)
-    state, decision = node.engine.admit(node.state, request)
+    state, decision = in_block if in_block is not None else node.engine.admit(node.state, request)
     m.count_providers(decision)
     m.pinning_requests.inc()
     m.allocation_seconds.observe(time.perf_counter() - started)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...engine.admission import Engine
 from . import connection, lifecycle, quotas, repairs, resizing
-from .checkpoint import Snapshot, checkpoint_entries, memory_entries
+from .checkpoint import Snapshot, checkpoint_entries, entry_extras
 from .effects import Effect, ListPodResources, Park, Refusal, Resolve, SettleWhenIdle, WriteCheckpoint
 from .events import (
     AwaitPass,
@@ -167,7 +167,7 @@ class NodeCore:
         node = self.node
         view = node.publish()
         self.effects.append(WriteCheckpoint(Snapshot(view.state, view.containers, view.engine.policy.reserved,
-                                                     view.shared_pool, partial(memory_entries, view.engine,
+                                                     view.shared_pool, partial(entry_extras, view.engine,
                                                                                view.state))))
         if self.cgroup_writes:
             self.passes.want(view.generation)

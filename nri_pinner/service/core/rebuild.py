@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from ...engine.admission import AdmissionRequest, Engine
-from ...engine.cpumanager.state import Assignment, EngineState
+from ...engine.cpumanager.state import Assignment, EngineState, PodBlock
 from ...engine.cpumanager.static_policy import guaranteed_cpus
 from ...engine.cpuset import EMPTY, CPUSet, CPUSetError
+from ...engine.pod_level_admission import place
 from ...engine.qos import QoS
 from ...nri.gen import api_pb2 as api
 from . import pod_level
@@ -111,9 +112,10 @@ def note_unreadable(result: Rebuilt, metrics: Metrics) -> None:
 
 def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             containers: Sequence[api.Container], cgroup: CgroupReader | None = None,
-            start: EngineState | None = None, gated: bool = False) -> Rebuilt:
+            start: EngineState | None = None, gated: bool = False, pod_scope: bool = False) -> Rebuilt:
     """``start``: place the containers into this state instead of an empty one (adopting a container
-    an event names that Synchronize did not list, `core/resizing.py`); ``gated``: pod_level.gated."""
+    an event names that Synchronize did not list, `core/resizing.py`); ``gated``: pod_level.gated;
+    ``pod_scope``: pod_scope_blocks.gated (the checkpoint's pod blocks are restored, pod_blocks.py)."""
     pods_by_id = {p.id: p for p in pods}
     active = [c for c in containers if c.pod_sandbox_id in pods_by_id
               and (c.state != api.CONTAINER_STOPPED or _kept_stopped(c, pods_by_id, prior))]
@@ -129,6 +131,8 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
     # container of the same name replaced them; their CPUs may be reused by their pod's running ones).
     order = sorted(active, key=lambda c: (c.state == api.CONTAINER_STOPPED, c.id not in prior, c.id))
     intents = {c.id: _intent(pods_by_id[c.pod_sandbox_id], c, out.unreadable) for c in order}
+    if pod_scope:
+        state = restore_blocks(engine, state, prior, {c.id: intents[c.id].pod_key for c in order}, repairs)
     # pods with pod-level resources, seen from all their containers at once (pod_level.py)
     pod_levels = pod_level.of_listing(pods_by_id, {
         c.id: (c.pod_sandbox_id, intents[c.id], c.state == api.CONTAINER_STOPPED) for c in order})
@@ -137,6 +141,9 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
         intent = intents[c.id]
         if c.pod_sandbox_id in pod_levels and intent.kubelet and intent.qos == GUARANTEED:
             intent = pod_level.as_pod_level(intent, pod_levels[c.pod_sandbox_id], gated)
+        in_block = intent.pod_key in state.pod_blocks and intent.kubelet
+        if in_block:  # its part of its pod's restored block, whatever its cgroup holds now (repaired)
+            intent = pod_level.as_pod_level(intent, intent.pod_level or "pod-block")
         actual, mems = CPUSet(), _mems(c.linux.resources.cpu.mems)
         stopped = c.state == api.CONTAINER_STOPPED
         try:
@@ -153,7 +160,12 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             key = intent_key(intent)
             if entry is not None and entry.get("memory_blocks") and not (intent.pod_level and not intent.request_milli):
                 state = restore_memory(engine, state, key, entry, repairs)
-            if stopped:
+            if in_block:
+                if key in shared:
+                    state, shared = state.with_shared(shared), {}
+                placed = state if state.get(*key) is not None else place(
+                    engine, state, key[0], key[1], init=intent.init, restartable=intent.restartable)[0]
+            elif stopped:
                 if key in shared:
                     state, shared = state.with_shared(shared), {}
                 placed = _place_stopped(engine, state, intent, n, actual, entry,
@@ -190,11 +202,38 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
     for cid in prior:
         if cid not in tracked:
             repairs.append(f"dropped checkpoint entry for container {cid[:12]}: the runtime no longer runs it")
-    providers = state.providers  # the CPU policy's repair pass only knows CPUs
+    providers, blocks = state.providers, state.pod_blocks  # the CPU policy's repair pass knows neither:
+    for block in blocks.values():  # it sees the pod pools as shared, as it recomputes them
+        state = state.with_changes(default_set=state.default_set | (block.block - state.exclusive_cpus()))
     state, messages = engine.policy.start(state)
+    for pod_key, block in blocks.items():
+        if state.pod_assignments(pod_key):  # (a block none of whose containers is left goes back)
+            state = state.with_pod_block(pod_key, block, state.default_set - block.block)
     out.state = replace(state, providers=providers)
     repairs.extend(messages)
     return out
+
+
+def restore_blocks(engine: Engine, state: EngineState, prior: PriorEntries, pods: Mapping[str, str],
+                   repairs: list[str]) -> EngineState:
+    """The pod blocks the checkpoint names (``pods``: container id -> pod key), each held again before
+    any container is placed, while its CPUs are free; one that is not usable is dropped and reported:
+    its pod's containers then run on the shared pool, as a pod-level pod without a block."""
+    for cid, pod in sorted(pods.items()):
+        entry = prior.get(cid)
+        if entry is None or "pod_block" not in entry or pod in state.pod_blocks:
+            continue
+        try:
+            block = PodBlock.from_dict(entry["pod_block"])
+        except (ValueError, TypeError, KeyError, CPUSetError) as exc:
+            repairs.append(f"pod {pod}: checkpointed CPU block unusable ({exc}); its containers use the shared pool")
+            continue
+        if not block.block or not block.block.issubset(engine.policy.available_for_exclusive(state)):
+            repairs.append(f"pod {pod}: checkpointed CPU block {block.block} no longer available; its containers "
+                           "use the shared pool")
+            continue
+        state = state.with_pod_block(pod, block, state.default_set - block.block)
+    return state
 
 
 def _place_stopped(engine: Engine, state: EngineState, intent: ContainerIntent, n: int, held: CPUSet,

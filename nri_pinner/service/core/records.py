@@ -142,6 +142,8 @@ def desired_of(engine: Engine, state: EngineState, shared: CPUSet, key: tuple[st
     a = state.get(*key)
     exclusive = a is not None and a.exclusive
     cpus = a.current if a is not None and exclusive else shared
+    if a is not None and not exclusive and (block := state.pod_blocks.get(key[0])) is not None:
+        cpus = block.cpus.get(key[1], block.pod_pool)  # pod scope, pod-level: its share of the pod's block
     mems = engine.memory_mems(state, *key)
     if mems is None and not exclusive and engine.mems == "all":
         mems = engine.all_mems
