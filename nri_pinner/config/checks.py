@@ -50,3 +50,15 @@ def metrics_address_problem(v: str) -> str | None:
             and not v.replace(".", "").isdigit():
         return None
     return f"must be an IP address (IPv4 or IPv6, e.g. \"127.0.0.1\", \"::1\", \"0.0.0.0\") or a host name; got {v!r}"
+
+
+def providers_problems(providers: tuple[str, ...], scope: str, pod_level_resource_managers: bool) -> list[str]:
+    """hints.providers against the rest: the CPU provider is always on; the Memory Manager's part of
+    pod scope with pod-level resource managers is not built (engine/pod_level_admission.py gives such
+    a pod CPUs only), so asking for both is refused instead of leaving those pods without memory."""
+    problems = [] if "cpu" in providers else ["the 'cpu' provider cannot be turned off"]
+    if "memory" in providers and scope == "pod" and pod_level_resource_managers:
+        problems.append("not implemented yet: the 'memory' provider with topology_manager.scope = \"pod\" and "
+                        "pod_level_resource_managers = true (the Memory Manager's pod-level allocation is not "
+                        "built); leave one of them out")
+    return problems

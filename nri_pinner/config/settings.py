@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from ..engine.cpumanager.releases import DEFAULT_RELEASE, POST_RELEASE_FIXES, release_of, release_problem
 from ..engine.cpuset import CPUSet, CPUSetError
+from . import checks
 from .checks import metrics_address_problem, off_or_seconds_problem, plugin_name_problem, reserved_memory_problem
 from .checks import seconds_problem as _seconds_problem
 from .policy_options import MIN_MAX_ALLOWABLE_NUMA_NODES, parse_option_table
@@ -311,8 +312,8 @@ def _parse(data: Mapping[str, Any], source: str) -> Settings:
 
     r = _section(root, "hints")
     hints = HintSettings(providers=r.names("providers", HINT_PROVIDERS, ("cpu",)))
-    if "cpu" not in hints.providers:
-        r.report("providers", "the 'cpu' provider cannot be turned off")
+    for problem in checks.providers_problems(hints.providers, topo.scope, topo.pod_level_resource_managers):
+        r.report("providers", problem)
     r.done()
 
     r = _section(root, "memory_manager")

@@ -36,3 +36,17 @@ def test_a_non_boolean_is_refused() -> None:
 def test_the_effective_settings_read_back_the_same(on: str) -> None:
     settings = load(f"[topology_manager]\npod_level_resource_managers = {on}\n")
     assert load(to_toml(settings)) == settings
+
+
+@pytest.mark.parametrize("scope", ["container", "pod"])
+def test_the_memory_provider_with_the_gate_is_refused_in_pod_scope_only(scope: str) -> None:
+    """Pod scope's Memory Manager part is not built (engine/pod_level_admission.py: CPUs only): the
+    memory provider with it is refused, never accepted to leave such pods without memory."""
+    text = (f'[topology_manager]\nscope = "{scope}"\npod_level_resource_managers = true\n'
+            '[hints]\nproviders = ["cpu", "memory"]\n')
+    if scope == "container":
+        assert load(text).hints.providers == ("cpu", "memory")
+        return
+    with pytest.raises(ConfigError, match="not implemented yet: the 'memory' provider with topology_manager.scope"):
+        load(text, source="c.toml")
+    assert load(text.replace("pod_level_resource_managers = true", "pod_level_resource_managers = false"))
