@@ -48,7 +48,7 @@ def counts(pinner: Pinner) -> dict[str, Any]:
     drifted = pinner.runtime.drifted[pinner.drift_mark:]
     test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]  # without " (call)"/" (teardown)"
     entry: dict[str, Any] = {"test": test, "runtime": pinner.runtime.runtime_key, "config": str(pinner.config_path),
-                             "pool_on_qos_slices": _configured(pinner), "drifts_written": len(drifted)}
+                             "pool_on_qos_slices": configured(pinner), "drifts_written": len(drifted)}
     exited = pinner.process is not None and pinner.process.proc.poll() is not None
     try:
         if exited:  # its socket path may be a later instance's by now (same workdir)
@@ -68,7 +68,8 @@ def counts(pinner: Pinner) -> dict[str, Any]:
     return entry
 
 
-def _configured(pinner: Pinner) -> bool:
+def configured(pinner: Pinner) -> bool:
+    """Its config holds the shared pool on the QoS slices."""
     try:
         reconcile = tomllib.loads(pinner.config_path.read_text()).get("reconcile", {})
     except (OSError, tomllib.TOMLDecodeError):
