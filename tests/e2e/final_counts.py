@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,8 +42,17 @@ def record(pinner: Pinner) -> None:
     if not path or not any(p is pinner for p in _live):
         return
     _live[:] = [p for p in _live if p is not pinner]
+    entry = counts(pinner)
+    if entry.get("repairs"):  # its whole log beside the counts: what led to each repair (issue 45's trace)
+        text = _log_text(pinner) or ""
+        logs = Path(path).parent / "plugin-logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", entry["test"].rsplit("::", 1)[-1])[:100] or "unknown"
+        target = logs / f"{name}-{len(list(logs.iterdir()))}.log"
+        target.write_text(text)
+        entry["log"] = str(target.relative_to(Path(path).parent))
     with open(path, "a") as out:
-        out.write(json.dumps(counts(pinner), sort_keys=True) + "\n")
+        out.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
 def counts(pinner: Pinner) -> dict[str, Any]:
@@ -79,11 +90,7 @@ def configured(pinner: Pinner) -> bool:
 
 def _repairs_logged(pinner: Pinner) -> list[dict[str, str]] | None:
     """The plugin's `cpuset drift repaired` lines (JSON logs), their telling fields; None: no log."""
-    log = pinner.log_file or (pinner.process.log_path if pinner.process is not None else None)
-    try:
-        text = log.read_text(errors="replace") if log is not None else None
-    except OSError:
-        text = None
+    text = _log_text(pinner)
     if text is None:
         return None
     found = []
@@ -96,3 +103,11 @@ def _repairs_logged(pinner: Pinner) -> list[dict[str, str]] | None:
             found.append({k: str(entry.get(k, "")) for k in ("container_id", "container", "actual", "desired", "path",
                                                               "timestamp")})
     return found
+
+
+def _log_text(pinner: Pinner) -> str | None:
+    log = pinner.log_file or (pinner.process.log_path if pinner.process is not None else None)
+    try:
+        return log.read_text(errors="replace") if log is not None else None
+    except OSError:
+        return None

@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -180,25 +181,34 @@ class Scenario:
         sampler = Sampler(files)
         thread = threading.Thread(target=sampler.run, daemon=True)
         windows: list[Window] = []
+        # what happened when, in the plugin log's clock (its drift repairs are matched to these)
+        timeline: list[tuple[str, str]] = [(_now(), "sampler started")]
         thread.start()
         try:
             for _ in range(rounds):
+                timeline.append((_now(), "guaranteed create"))
                 guar = rt.run_pod("guaranteed", EXCLUSIVE_MILLI, EXCLUSIVE_MILLI)
                 (g,) = guar.container_ids
                 window = Window(CPUSet.parse(rt.cpus_allowed_list(g)), time.monotonic())
                 windows.append(window)
+                timeline.append((_now(), f"window opened on {window.cpus}"))
                 assert self.pinner.assignment(g)["exclusive"] is True
                 time.sleep(TRIGGER_WAIT)
                 for trigger in triggers:
                     window.triggers.append((time.monotonic(), trigger))
+                    timeline.append((_now(), trigger))
                     self.fire(trigger)
+                    timeline.append((_now(), f"{trigger} returned"))
                     time.sleep(TRIGGER_WAIT)
                 window.closed = time.monotonic()
+                timeline.append((_now(), "guaranteed remove"))
                 rt.remove_pod(guar)
+                timeline.append((_now(), "guaranteed removed"))
         finally:
             sampler.stop.set()
             thread.join(30)
-        return self._judge(sampler, windows, triggers)
+        return {**self._judge(sampler, windows, triggers), "timeline": timeline,
+                "watched": {name: cid[:12] for name, cid in self.watched.items()}}
 
     def _judge(self, sampler: Sampler, windows: list[Window], triggers: tuple[str, ...]) -> dict[str, Any]:
         per: dict[str, dict[str, Any]] = {t: {"samples": 0, "violations": 0, "examples": []}
@@ -221,6 +231,11 @@ class Scenario:
                 "samples_total": len(sampler.samples), "samples_in_windows": total,
                 "violations": sum(e["violations"] for e in per.values()), "per_trigger": per,
                 "sampler_errors": sampler.errors[:5]}
+
+
+def _now() -> str:
+    """UTC wall time as the plugin's JSON log stamps it (structlog TimeStamper iso, utc)."""
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _unit(pod: PodHandle) -> str:
