@@ -71,22 +71,32 @@ class Sampler:
     tight loop on a thread."""
 
     files: dict[str, tuple[Path, Path]]  # container name -> (cpuset.cpus, /proc/<pid>/status)
+    # with the pool on the QoS slices the sampled file is cpuset.cpus.effective: each container's own
+    # cpuset.cpus is read too, and each change of it kept with the plugin log's clock (what a drift
+    # repair of it followed: written by the plugin, runc or a systemd re-application)
+    own: dict[str, Path] = field(default_factory=dict)
+    own_changes: list[tuple[str, str, str]] = field(default_factory=list)  # (UTC time, container, own set)
     samples: list[Sample] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     errors: list[str] = field(default_factory=list)
 
     def run(self) -> None:
+        last: dict[str, str] = {}
         while not self.stop.is_set():
             for name, (cgroup, status) in self.files.items():
                 began = time.monotonic()
                 try:
                     cg = cgroup.read_text().strip()
                     allowed = _allowed(status)
+                    own = self.own[name].read_text().strip() if name in self.own else None
                 except OSError as exc:
                     self.errors.append(f"{name}: {exc}")
                     time.sleep(0.1)
                     continue
                 self.samples.append(Sample(began, time.monotonic(), name, cg, allowed))
+                if own is not None and last.get(name) != own:
+                    last[name] = own
+                    self.own_changes.append((_now(), name, own))
 
 
 def _allowed(status: Path) -> str:
@@ -178,7 +188,8 @@ class Scenario:
         leaf = "cpuset.cpus.effective" if self.qos_slices else "cpuset.cpus"
         files = {name: (rt._cpuset_file(cid).with_name(leaf), Path(f"/proc/{rt.container_pid(cid)}/status"))
                  for name, cid in self.watched.items()}
-        sampler = Sampler(files)
+        own = {name: rt._cpuset_file(cid) for name, cid in self.watched.items()} if self.qos_slices else {}
+        sampler = Sampler(files, own)
         thread = threading.Thread(target=sampler.run, daemon=True)
         windows: list[Window] = []
         # what happened when, in the plugin log's clock (its drift repairs are matched to these)
@@ -207,7 +218,7 @@ class Scenario:
         finally:
             sampler.stop.set()
             thread.join(30)
-        return {**self._judge(sampler, windows, triggers), "timeline": timeline,
+        return {**self._judge(sampler, windows, triggers), "timeline": timeline, "own_changes": sampler.own_changes,
                 "watched": {name: cid[:12] for name, cid in self.watched.items()}}
 
     def _judge(self, sampler: Sampler, windows: list[Window], triggers: tuple[str, ...]) -> dict[str, Any]:
