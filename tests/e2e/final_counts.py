@@ -1,6 +1,7 @@
 """Each plugin instance's final counts, taken when it stops (issue 45): the cgroup writer's counters
 (`health.cgroup_writes`: unit_calls, unit_failed, ...), the reconciler's drift repairs, and the drifts
-the scenario wrote on purpose meanwhile (PrivateContainerd.write_cgroup_cpuset). One JSON line per
+the scenario caused meanwhile (`PrivateContainerd.drifted`: written on purpose by write_cgroup_cpuset, or
+seen by a sampler after its triggers, tests/vm_guest/test_window_guest.py). One JSON line per
 instance to $NRI_PINNER_E2E_FINAL_COUNTS (the VM tier's part 30 sets it; unset: nothing is taken);
 tests/vm/final_counts.py judges them on the host.
 

@@ -281,10 +281,16 @@ def test_no_shared_sample_on_an_exclusive_cpu_with_the_pool_on_the_qos_slices(
     health = scenario.pinner.status()["health"]["cgroup_writes"]
     figures["cgroup_writes"] = health
     record_figures(_figure_name("window-qos-slices", containerd), figures)
+    # what the triggers did to the watched containers' own sets (the whole node by design here): each move
+    # off it is a drift the scenario caused, e.g. the sibling update's runc applying the pool our reply named
+    # after the widening pass. The final counts' judge allows repairs of those only (tests/vm/final_counts.py)
+    everything = all_cpus()
+    for _, name, own in figures["own_changes"]:
+        if own != everything:
+            containerd.drifted.append(scenario.watched[name])
     _assert_sampled_and_clean(figures)
     assert health["qos_slices"] > 0, health  # the design ran: the slices were written
     assert health["unit_failed"] == 0 and health["qos_slice_failed"] == 0, health
-    everything = all_cpus()
     for slice_dir in ("kubepods.slice/kubepods-burstable.slice", "kubepods.slice/kubepods-besteffort.slice"):
         path = Path("/sys/fs/cgroup") / slice_dir / "cpuset.cpus"
         assert wait_for(lambda p=path: p.read_text().strip() == everything, timeout=10), (path, path.read_text())
