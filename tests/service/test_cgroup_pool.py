@@ -196,12 +196,16 @@ async def test_drift_repair_writes_the_cgroup_and_rechecks_what_is_desired(
         actual = await read()
         assert actual[B.id] == online
         # a second Guaranteed create lands between the cgroup read and the repair's decision, its pass
-        # not begun yet (its settle stretched from 2 ms: the decision comes first)
-        monkeypatch.setattr(core_passes, "SETTLE_SECONDS", 1.0)
+        # not begun yet (its settle stretched from 2 ms); the start, which waits for a pass, sends it
+        monkeypatch.setattr(core_passes, "SETTLE_SECONDS", 3600.0)
         reply = await r.conn.create_container(create(GPOD, G2))
         assert reply is not None
         pool -= CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
-        [(drift, path)] = await decide(actual)  # parked until that pass
+        decided = asyncio.ensure_future(decide(actual))  # parked until that pass
+        await asyncio.sleep(0.1)
+        assert not decided.done()
+        await r.conn.state_change(api.START_CONTAINER, GPOD, G2)
+        [(drift, path)] = await decided
         assert path == "cgroup" and (drift.actual, drift.desired) == (online, pool)
         assert held(root, B)[0] == pool  # the set desired now, not the one the probe saw
         assert r.conn.updates == []
