@@ -74,6 +74,7 @@ def test_drifted_started_container_is_rewritten_by_a_pass_and_answered_after_it(
     pool = online - mine
     e.history.clear()
 
+    e.handle(ev.DriftCheck())  # the probe, then the read (the passes above were over before it)
     out = e.handle(ev.CpusetsRead({B.id: WRONG, G.id: mine}))  # G holds its set: no drift
     token = park_token(out.reply)
     e.settle()
@@ -182,6 +183,7 @@ def test_drift_of_a_container_that_stops_before_its_pass_is_answered_gone() -> N
     e = make_core()
     e.run(BPOD, B)
     e.run(GPOD, G)
+    e.handle(ev.DriftCheck())
     token = park_token(e.handle(ev.CpusetsRead({B.id: WRONG})).reply)
     e.handle(ev.StopContainer(B.id))  # before the settle fires
     e.settle()

@@ -1,6 +1,7 @@
 """Each plugin instance's final counts, taken when it stops (issue 45): the cgroup writer's counters
 (`health.cgroup_writes`: unit_calls, unit_failed, ...), the reconciler's drift repairs, and the drifts
-the scenario wrote on purpose meanwhile (PrivateContainerd.write_cgroup_cpuset). One JSON line per
+the scenario caused meanwhile (`PrivateContainerd.drifted`: written on purpose by write_cgroup_cpuset, or
+seen by a sampler after its triggers, tests/vm_guest/test_window_guest.py). One JSON line per
 instance to $NRI_PINNER_E2E_FINAL_COUNTS (the VM tier's part 30 sets it; unset: nothing is taken);
 tests/vm/final_counts.py judges them on the host.
 
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,15 +43,24 @@ def record(pinner: Pinner) -> None:
     if not path or not any(p is pinner for p in _live):
         return
     _live[:] = [p for p in _live if p is not pinner]
+    entry = counts(pinner)
+    if entry.get("repairs"):  # its whole log beside the counts: what led to each repair (issue 45's trace)
+        text = _log_text(pinner) or ""
+        logs = Path(path).parent / "plugin-logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", entry["test"].rsplit("::", 1)[-1])[:100] or "unknown"
+        target = logs / f"{name}-{len(list(logs.iterdir()))}.log"
+        target.write_text(text)
+        entry["log"] = str(target.relative_to(Path(path).parent))
     with open(path, "a") as out:
-        out.write(json.dumps(counts(pinner), sort_keys=True) + "\n")
+        out.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
 def counts(pinner: Pinner) -> dict[str, Any]:
     drifted = pinner.runtime.drifted[pinner.drift_mark:]
     test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]  # without " (call)"/" (teardown)"
     entry: dict[str, Any] = {"test": test, "runtime": pinner.runtime.runtime_key, "config": str(pinner.config_path),
-                             "pool_on_qos_slices": _configured(pinner), "drifts_written": len(drifted)}
+                             "pool_on_qos_slices": configured(pinner), "drifts_written": len(drifted)}
     exited = pinner.process is not None and pinner.process.proc.poll() is not None
     try:
         if exited:  # its socket path may be a later instance's by now (same workdir)
@@ -68,7 +80,8 @@ def counts(pinner: Pinner) -> dict[str, Any]:
     return entry
 
 
-def _configured(pinner: Pinner) -> bool:
+def configured(pinner: Pinner) -> bool:
+    """Its config holds the shared pool on the QoS slices."""
     try:
         reconcile = tomllib.loads(pinner.config_path.read_text()).get("reconcile", {})
     except (OSError, tomllib.TOMLDecodeError):
@@ -78,11 +91,7 @@ def _configured(pinner: Pinner) -> bool:
 
 def _repairs_logged(pinner: Pinner) -> list[dict[str, str]] | None:
     """The plugin's `cpuset drift repaired` lines (JSON logs), their telling fields; None: no log."""
-    log = pinner.log_file or (pinner.process.log_path if pinner.process is not None else None)
-    try:
-        text = log.read_text(errors="replace") if log is not None else None
-    except OSError:
-        text = None
+    text = _log_text(pinner)
     if text is None:
         return None
     found = []
@@ -95,3 +104,11 @@ def _repairs_logged(pinner: Pinner) -> list[dict[str, str]] | None:
             found.append({k: str(entry.get(k, "")) for k in ("container_id", "container", "actual", "desired", "path",
                                                               "timestamp")})
     return found
+
+
+def _log_text(pinner: Pinner) -> str | None:
+    log = pinner.log_file or (pinner.process.log_path if pinner.process is not None else None)
+    try:
+        return log.read_text(errors="replace") if log is not None else None
+    except OSError:
+        return None

@@ -63,7 +63,7 @@ class PrivateContainerd:
     def __init__(self, runtime: str, workdir: Path) -> None:
         self.install = hc.find_runtime(runtime)  # raises RuntimeMissing
         self.runtime_key = runtime
-        self.drifted: list[str] = []  # container ids write_cgroup_cpuset drifted, in order (final_counts.py)
+        self.drifted: list[str] = []  # drifted on purpose or seen drifting by a sampler, in order (final_counts.py)
         self.workdir = workdir.resolve()
         run_dir = RUN_BASE / hashlib.sha256(str(self.workdir).encode()).hexdigest()[:12]
         self.run_dir = run_dir

@@ -20,6 +20,7 @@ from .harness import PrivateContainerd
 from .plugins import PluginProcess
 
 PLUGIN_NAME = "90-nri-pinner"
+QOS_SLICES = ("kubepods-burstable.slice", "kubepods-besteffort.slice")  # the kubelet's, systemd driver
 
 
 @dataclass
@@ -47,6 +48,30 @@ class Pinner:
             if a["container_id"] == container_id:
                 return a  # type: ignore[no-any-return]
         raise KeyError(f"{container_id[:12]} not in nri-pinner status")
+
+    @property
+    def pool_on_qos_slices(self) -> bool:
+        """Its config holds the shared pool on the QoS slices (`reconcile.systemd_pool_on_qos_slices`)."""
+        return final_counts.configured(self)
+
+    def below_held_slice(self, container_id: str) -> bool:
+        """The container's CPUs are bounded by a QoS slice this plugin holds at the pool: the setting on,
+        its pod slice below kubepods-burstable.slice or kubepods-besteffort.slice (the systemd driver; a
+        Guaranteed pod's slice sits beside them and keeps its shared containers per scope)."""
+        return self.pool_on_qos_slices and self.runtime.cgroup_dir(container_id).parent.parent.name in QOS_SLICES
+
+    def shared_cpus(self, container_id: str) -> str:
+        """The CPUs a shared container's cgroup lets it run on, as this plugin keeps them: its own
+        `cpuset.cpus`, or below a held QoS slice its `cpuset.cpus.effective` (its own set is the whole
+        node there, the slice the pool: core/qos_slices.py)."""
+        if self.below_held_slice(container_id):
+            return (self.runtime.cgroup_dir(container_id) / "cpuset.cpus.effective").read_text().strip()
+        return self.runtime.cgroup_cpuset(container_id)
+
+    def own_cpuset(self, container_id: str, pool: str) -> str:
+        """What a shared container's own `cpuset.cpus` is to hold while the pool is `pool`: the whole node
+        below a held QoS slice, else the pool (what a drift check compares and repairs)."""
+        return str(node_env.online_cpus()) if self.below_held_slice(container_id) else pool
 
     def stop(self) -> None:
         final_counts.record(self)

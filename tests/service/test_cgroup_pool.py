@@ -30,6 +30,7 @@ from nri_pinner.service.core.repairs import Drift, DriftProbe
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 B, LATE = container(BPOD, "app", 100), container(BPOD, "late", 100)
 G, G2 = container(GPOD, "app", 2000, 2000), container(GPOD, "two", 2000, 2000)
+G3 = container(GPOD, "three", 2000, 2000)
 
 
 def cgroup_dir(root: Path, c: api.Container) -> Path:
@@ -176,7 +177,8 @@ async def test_synchronize_writes_a_drifted_cgroup_instead_of_sending(workdir: P
         assert held(root, B)[0] == online - exclusive
 
 
-async def test_drift_repair_writes_the_cgroup_and_rechecks_what_is_desired(workdir: Path) -> None:
+async def test_drift_repair_writes_the_cgroup_and_rechecks_what_is_desired(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     settings = make_settings(workdir)
     root = Path(settings.reconcile.cgroup_root)
     async with running(settings) as r:
@@ -184,18 +186,41 @@ async def test_drift_repair_writes_the_cgroup_and_rechecks_what_is_desired(workd
         pool, _ = await shrunk_for_g(r, root)
         (cgroup_dir(root, B) / "cpuset.cpus").write_text(f"{online}\n")  # someone widened B
 
-        probes = cast(list[DriftProbe], await asyncio.wrap_future(r.svc.plugin.ask(DriftCheck())))
-        actual = await asyncio.to_thread(r.svc.reconciler._read, probes)
+        async def read() -> dict[str, CPUSet]:
+            probes = cast(list[DriftProbe], await asyncio.wrap_future(r.svc.plugin.ask(DriftCheck())))
+            return cast(dict[str, CPUSet], await asyncio.to_thread(r.svc.reconciler._read, probes))
+
+        async def decide(actual: dict[str, CPUSet]) -> list[tuple[Drift, str]]:
+            return cast(list[tuple[Drift, str]], await asyncio.wrap_future(r.svc.plugin.ask(CpusetsRead(actual))))
+
+        actual = await read()
         assert actual[B.id] == online
-        # a second Guaranteed create lands between the cgroup read and the repair's decision
+        # a second Guaranteed create lands between the cgroup read and the repair's decision, its pass
+        # not begun yet (its settle stretched from 2 ms); the start, which waits for a pass, sends it
+        monkeypatch.setattr(core_passes, "SETTLE_SECONDS", 3600.0)
         reply = await r.conn.create_container(create(GPOD, G2))
         assert reply is not None
         pool -= CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
-        decided = cast(list[tuple[Drift, str]], await asyncio.wrap_future(r.svc.plugin.ask(CpusetsRead(actual))))
-        [(drift, path)] = decided
+        decided = asyncio.ensure_future(decide(actual))  # parked until that pass
+        await asyncio.sleep(0.1)
+        assert not decided.done()
+        await r.conn.state_change(api.START_CONTAINER, GPOD, G2)
+        [(drift, path)] = await decided
         assert path == "cgroup" and (drift.actual, drift.desired) == (online, pool)
         assert held(root, B)[0] == pool  # the set desired now, not the one the probe saw
         assert r.conn.updates == []
+
+        # a pass that writes B between the read and the decision: the read may be older than the write,
+        # so it is not taken for drift (the next read decides); the pass wrote what is desired anyway
+        (cgroup_dir(root, B) / "cpuset.cpus").write_text(f"{online}\n")
+        actual = await read()
+        monkeypatch.setattr(core_passes, "SETTLE_SECONDS", 0.002)
+        reply = await r.conn.create_container(create(GPOD, G3))
+        assert reply is not None and r.svc.plugin.await_pass()
+        pool -= CPUSet.parse(reply.adjust.linux.resources.cpu.cpus)
+        assert held(root, B)[0] == pool
+        assert await decide(actual) == []
+        assert await decide(await read()) == []
 
 
 async def test_create_does_not_wait_for_the_writes_but_the_exclusive_start_does(

@@ -1,9 +1,10 @@
 """Issue 45's judge of part 30's final counts ($OUT/final-counts.jsonl, one line per plugin instance a
 scenario ran: tests/e2e/final_counts.py). With the opt-in NRI_PINNER_E2E_POOL_ON_QOS_SLICES=1 on in the
 boot (every plugin holds the pool on the QoS slices unless its scenario says otherwise): no systemd call
-failed (`unit_failed` 0) and no repair beyond the drifts the scenario wrote on purpose, none of a container
-it never drifted. Off: the same counts, printed only. ``python -m tests.vm.final_counts PART_DIR`` judges
-a finished boot's part directory (e.g. one `python -m tests.vm run` made)."""
+failed (`unit_failed` 0) in an instance with the setting, and in every instance no repair beyond the drifts
+the scenario wrote on purpose, none of a container it never drifted. Off: the same counts, printed only.
+``python -m tests.vm.final_counts PART_DIR`` judges a finished boot's part directory (e.g. one `python -m
+tests.vm run` made)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ def problems_of(entry: dict[str, Any]) -> list[str]:
         return []
     found = []
     writes = entry.get("cgroup_writes") or {}
-    if writes.get("unit_failed", 0) != 0:
+    # an instance its scenario kept per scope (the per-scope sampler) may see systemd answer too late: the
+    # per-scope pass's calls grow with N and fall back to NRI updates by design (issue 45's reason to be)
+    if entry.get("pool_on_qos_slices") and writes.get("unit_failed", 0) != 0:
         found.append(f"unit_failed {writes['unit_failed']}")
     repairs, drifts = entry.get("reconcile_repairs", 0), entry.get("drifts_written", 0)
     if repairs > drifts:

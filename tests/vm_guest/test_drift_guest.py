@@ -5,7 +5,8 @@ the runtime tells plugins. The issue's false repairs (`actual "" desired "2-3" p
 that window under TCG: the scope made, its `cpuset.cpus` not written yet (empty: the parent's CPUs).
 The window is too short to hit on purpose, so this test stands in for runc mid-create: it makes the
 created container's cgroup itself, empty, and keeps it through two drift periods, each proven to
-have passed by a repair of the shared container it drifts on purpose. Then the cgroup goes, the
+have passed by a repair of the shared container it drifts on purpose (onto every CPU; with the pool
+on the QoS slices, whose containers' own sets hold every CPU, down to the pool). Then the cgroup goes, the
 container is started (runc makes the real one) and pinned, and one more period passes. Every repair
 logged and counted is the shared container's: none is the created one's.
 """
@@ -42,12 +43,17 @@ def test_a_created_container_is_not_checked_for_drift_until_it_starts(containerd
     (g,) = guar.container_ids
     exclusive = CPUSet.parse(pinner.assignment(g)["cpus"])
     shared = str(online_cpus() - exclusive)
-    assert wait_for(lambda: containerd.cgroup_cpuset(b) == shared, timeout=5), containerd.cgroup_cpuset(b)
+    # its own set: the pool, or the whole node below a QoS slice holding the pool (then drift narrows it)
+    own = pinner.own_cpuset(b, shared)
+    drift = shared if own != shared else str(online_cpus())
+    assert wait_for(lambda: (pinner.shared_cpus(b), containerd.cgroup_cpuset(b)) == (shared, own), timeout=5), \
+        (pinner.shared_cpus(b), containerd.cgroup_cpuset(b))
 
     def one_drift_period() -> None:
-        """The shared container drifted onto every CPU, and back: a drift check ran meanwhile."""
-        containerd.write_cgroup_cpuset(b, str(online_cpus()))
-        assert wait_for(lambda: containerd.cgroup_cpuset(b) == shared, timeout=5), containerd.cgroup_cpuset(b)
+        """The shared container's own set drifted, and back: a drift check ran meanwhile."""
+        containerd.write_cgroup_cpuset(b, drift)
+        assert wait_for(lambda: containerd.cgroup_cpuset(b) == own, timeout=5), containerd.cgroup_cpuset(b)
+        assert pinner.shared_cpus(b) == shared
 
     half_made = containerd.cgroup_dir(g)
     assert not half_made.exists(), f"{half_made}: a created container has no cgroup on containerd"

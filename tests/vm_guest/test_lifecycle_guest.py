@@ -37,10 +37,10 @@ def test_init_cpus_reused_by_the_sidecar_and_the_app_gets_its_own(containerd: Pr
     assert CPUSet.parse(containerd.cpus_allowed_list(sidecar)) == side_cpus
     assert pinner.assignment(app)["exclusive"] is True and pinner.assignment(sidecar)["exclusive"] is True
     shared = str(online_cpus() - side_cpus - app_cpus)
-    assert wait_for(lambda: containerd.cgroup_cpuset(b) == shared, timeout=5), containerd.cgroup_cpuset(b)
+    assert wait_for(lambda: pinner.shared_cpus(b) == shared, timeout=5), pinner.shared_cpus(b)
     assert containerd.cpus_allowed_list(b) == shared
     print(f"\ncontainerd {containerd.version}: init {init_cpus}, sidecar {side_cpus}, app {app_cpus}, "
           f"shared {shared}")
     containerd.remove_pod(pod)
-    assert wait_for(lambda: containerd.cgroup_cpuset(b) == str(online_cpus()), timeout=5)
+    assert wait_for(lambda: pinner.shared_cpus(b) == str(online_cpus()), timeout=5), pinner.shared_cpus(b)
     containerd.remove_pod(burst)

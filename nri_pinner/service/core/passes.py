@@ -22,6 +22,7 @@ import structlog
 from ...engine.cpuset import CPUSet
 from .effects import ArmTimer, Expedite, Park, PassItem, WriteCgroups
 from .events import CgroupsWritten
+from .qos_slices import PROBE_PREFIX
 from .records import Told
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class _InFlight:
     pool: CPUSet
     urgent: bool
     record: bool = False  # a runtime record update holds the slot (core/runtime_records.py), not a pass
+    writes: frozenset[str] = frozenset()  # what it writes (PassBook.overlapped)
 
 
 class PassBook:
@@ -78,6 +80,10 @@ class PassBook:
         self.settle: str | None = None
         self.waiters: dict[int, _Waiter] = {}
         self.pool_written: CPUSet | None = None  # the shared pool the last pass wrote
+        # what a pass (or a runtime record update) wrote, or may be writing, since the drift check's probe:
+        # container ids and slice probe ids (qos_slices.PROBE_PREFIX); a read of one may be older or newer
+        # than what the core knows of it, so the check leaves it to its next read (repairs.drifts)
+        self.overlapped: set[str] = set()
         self._ids = 0
 
     def want(self, generation: int) -> None:
@@ -180,7 +186,10 @@ class PassBook:
         work.sort(key=lambda w: (widens_only(w.cpus, w.known), w.cpus != pool))
         pass_id = self.new_token()
         urgent = urgent or bool(self.waiters)
-        self.in_flight = _InFlight(pass_id, generation, pool, urgent)
+        writes = frozenset({w.container_id for w in work} | {PROBE_PREFIX + s.unit for s in held}
+                           | {k.container_id for s in held for k in s.children})
+        self.overlapped |= writes
+        self.in_flight = _InFlight(pass_id, generation, pool, urgent, writes=writes)
         self.core.effects.append(WriteCgroups(pass_id, tuple(work), tuple(live), urgent, quotas, held))
 
     def written(self, event: CgroupsWritten) -> Reply:
@@ -229,13 +238,19 @@ class PassBook:
         """A pass in flight, due, or waited for."""
         return self.in_flight is not None or self.wanted > self.done or bool(self.waiters) or self.settle is not None
 
-    def hold(self) -> int:
-        """A runtime record update takes the slot of a pass: no pass runs beside it (runc writes the
-        cgroup with the set our reply named), and replies that wait for a pass wait for it too."""
+    def hold(self, container_ids: frozenset[str] = frozenset()) -> int:
+        """A runtime record update of `container_ids` takes the slot of a pass: no pass runs beside it (runc
+        writes the cgroup with the set our reply named), and replies that wait for a pass wait for it too."""
         node = self.core.node
         pass_id = self.new_token()
-        self.in_flight = _InFlight(pass_id, node.generation, node.shared_pool, urgent=False, record=True)
+        self.overlapped |= container_ids
+        self.in_flight = _InFlight(pass_id, node.generation, node.shared_pool, urgent=False, record=True,
+                                   writes=container_ids)
         return pass_id
+
+    def probed(self) -> None:
+        """A drift check probes now: from here on, only what a pass in flight writes or one begun since."""
+        self.overlapped = set(self.in_flight.writes) if self.in_flight is not None else set()
 
     def released(self, pass_id: int, rewrite: bool) -> None:
         """The record update holding the slot is over; the pass it held back goes now (``rewrite``: a

@@ -10,7 +10,8 @@ create inside CRI StartContainer, before it tells plugins, and under the systemd
 can exist with an empty cgroup-v2 `cpuset.cpus` until runc writes it. What the create's reply (or a
 later reply) gave it is what runc writes; its start wants a pass if that is stale (lifecycle.start).
 Decided by the lifecycle, never by the value read: a started container's empty `cpuset.cpus`
-inherits its parent's CPUs, and that is drift."""
+inherits its parent's CPUs, and that is drift. Nor is a cgroup a pass wrote (or was writing) between the
+probe and the decision: the read may be from either side of the write (PassBook.overlapped)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ class DriftBatch:
 def probes(core: NodeCore) -> Reply:
     """The cgroups to read: those of the started containers (module doc), and the QoS slices that hold the
     pool (core/qos_slices.py)."""
+    core.passes.probed()
     return [*(DriftProbe(t.container_id, t.key[1], t.cgroups_path)
               for t in core.node.containers.values() if t.started and not t.stopped and t.cgroups_path),
             *(DriftProbe(*probe) for probe in core.slices.probes())]
@@ -74,6 +76,10 @@ def drifts(core: NodeCore, event: CpusetsRead) -> Reply:
     slices = core.slices
     retry = slices.due()  # a slice not confirmed since its last pass: its pass is tried again now
     for cid, actual in event.actual.items():
+        if cid in core.passes.overlapped:
+            # read while a pass wrote it: the value may be older or newer than what the core knows of it
+            # (a slice narrowed before its pass reported back is no drift); its next read decides
+            continue
         if cid.startswith(PROBE_PREFIX):
             retry = slices.drifted(cid, actual) or retry
             continue

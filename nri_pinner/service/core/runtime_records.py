@@ -76,7 +76,7 @@ class RecordSync:
         if item is None:
             return None
         self.in_flight[item.container_id] = item
-        self.core.effects.append(SyncRecords(passes.hold(), (item,)))
+        self.core.effects.append(SyncRecords(passes.hold(frozenset({item.container_id})), (item,)))
         return None
 
     def synced(self, event: RecordsSynced) -> Reply:
