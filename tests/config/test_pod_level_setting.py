@@ -47,6 +47,6 @@ def test_the_memory_provider_with_the_gate_is_refused_in_pod_scope_only(scope: s
     if scope == "container":
         assert load(text).hints.providers == ("cpu", "memory")
         return
-    with pytest.raises(ConfigError, match="not implemented yet: the 'memory' provider with topology_manager.scope"):
+    with pytest.raises(ConfigError, match=r"not implemented yet: the 'memory' provider with topology_manager\.scope"):
         load(text, source="c.toml")
     assert load(text.replace("pod_level_resource_managers = true", "pod_level_resource_managers = false"))
