@@ -117,8 +117,8 @@ class Tree:
         (d / "cpuset.mems").write_text(f"{reply.adjust.linux.resources.cpu.mems}\n")
 
 
-def settings_for(workdir: Path, bus: Path) -> Any:
-    return make_settings(workdir, reconcile={"systemd_bus": str(bus), "systemd_pool_on_qos_slices": True},
+def settings_for(workdir: Path, bus: Path, **reconcile: Any) -> Any:
+    return make_settings(workdir, reconcile={"systemd_bus": str(bus), "systemd_pool_on_qos_slices": True, **reconcile},
                          cpu_manager={"disable_cpu_quota_with_exclusive_cpus": False})
 
 
@@ -132,12 +132,26 @@ def shared_pods(n: int) -> list[tuple[api.PodSandbox, api.Container]]:
     return out
 
 
+async def started(r: Any, tree: Tree, p: api.PodSandbox, c: api.Container) -> None:
+    """Created (runc applying the reply) and started."""
+    tree.runc(c, await r.conn.create_container(create(p, c)))
+    await r.conn.state_change(api.START_CONTAINER, p, c)
+
+
 async def anchor(r: Any, tree: Tree) -> None:
     """A Guaranteed container holding two CPUs from the start."""
     apod = pod("anchor")
-    a = systemd_driver(container(apod, "app", 2000, 2000), apod, "guaranteed")
-    tree.runc(a, await r.conn.create_container(create(apod, a)))
-    await r.conn.state_change(api.START_CONTAINER, apod, a)
+    await started(r, tree, apod, systemd_driver(container(apod, "app", 2000, 2000), apod, "guaranteed"))
+
+
+async def anchor_and_burstable(r: Any, tree: Tree) -> tuple[api.PodSandbox, api.Container]:
+    """The anchor, then one Burstable container started below its slice; the pass after it done."""
+    await anchor(r, tree)
+    bpod = pod("burst", "burstable")
+    b = systemd_driver(container(bpod, "app", 100), bpod, "burstable")
+    await started(r, tree, bpod, b)
+    assert r.svc.plugin.await_pass()
+    return bpod, b
 
 
 @pytest.mark.parametrize("n", [0, 30, 100])
@@ -206,9 +220,7 @@ async def test_a_refused_slice_has_the_containers_below_it_written_one_by_one(wo
     gets the pool in its own cgroup, told per scope (the O(N) fallback), before G's start is answered;
     counted (`unit_failed`, the metric) and tried again at the drift check, which widens them again."""
     refuse = {BURSTABLE}
-    settings = make_settings(workdir, reconcile={"systemd_bus": str(short_dir / "private"),
-                                                 "systemd_pool_on_qos_slices": True, "period_seconds": 3600},
-                             cpu_manager={"disable_cpu_quota_with_exclusive_cpus": False})
+    settings = settings_for(workdir, short_dir / "private", period_seconds=3600)  # drift checks by hand
     tree = Tree(Path(settings.reconcile.cgroup_root))
     peer = DBusPeer(short_dir / "private", lambda unit, props: "org.freedesktop.DBus.Error.AccessDenied"
                     if unit in refuse else None)
@@ -261,8 +273,7 @@ async def test_a_malformed_answer_from_the_bus_still_writes_every_cgroup(workdir
         async with running(settings) as r:
             bpod = pod("burst", "burstable")
             b = systemd_driver(container(bpod, "app", 100), bpod, "burstable")
-            tree.runc(b, await r.conn.create_container(create(bpod, b)))
-            await r.conn.state_change(api.START_CONTAINER, bpod, b)
+            await started(r, tree, bpod, b)
             verdict["v"] = "garbage"
             gpod = pod("gold")
             g = systemd_driver(container(gpod, "app", 2000, 2000), gpod, "guaranteed")
@@ -285,20 +296,13 @@ async def test_a_kubelet_update_and_a_drifted_slice_are_put_back(workdir: Path, 
     """A kubelet resize of a container below a slice is answered with the pool (runc writes it, as every
     reply names the pool), and a pass gives it the wide set back; a slice someone widened is found by the
     drift check and narrowed again, systemd told first. Neither is a container drift."""
-    settings = make_settings(workdir, reconcile={"systemd_bus": str(short_dir / "private"),
-                                                 "systemd_pool_on_qos_slices": True, "period_seconds": 3600},
-                             cpu_manager={"disable_cpu_quota_with_exclusive_cpus": False})
+    settings = settings_for(workdir, short_dir / "private", period_seconds=3600)  # drift checks by hand
     tree = Tree(Path(settings.reconcile.cgroup_root))
     peer = DBusPeer(short_dir / "private")
     try:
         async with running(settings) as r:
             online = r.topology.online
-            await anchor(r, tree)
-            bpod = pod("burst", "burstable")
-            b = systemd_driver(container(bpod, "app", 100), bpod, "burstable")
-            tree.runc(b, await r.conn.create_container(create(bpod, b)))
-            await r.conn.state_change(api.START_CONTAINER, bpod, b)
-            assert r.svc.plugin.await_pass()
+            bpod, b = await anchor_and_burstable(r, tree)
             pool = r.svc.plugin.view().shared_pool
             assert tree.held(b) == online and tree.held(BURSTABLE) == pool
 
@@ -327,9 +331,7 @@ async def test_a_slice_read_while_its_pass_is_writing_is_no_drift(workdir: Path,
     (issue 45, 2026-11-29): `QoS slice cpuset drift` 0.3-0.8 s after each pool change, the slice then
     unconfirmed until the pass reported, and a container below it read meanwhile "repaired" from the
     whole node (its own set below a held slice) down to the pool."""
-    settings = make_settings(workdir, reconcile={"systemd_bus": str(short_dir / "private"),
-                                                 "systemd_pool_on_qos_slices": True, "period_seconds": 3600},
-                             cpu_manager={"disable_cpu_quota_with_exclusive_cpus": False})
+    settings = settings_for(workdir, short_dir / "private", period_seconds=3600)  # drift checks by hand
     tree = Tree(Path(settings.reconcile.cgroup_root))
     peer = DBusPeer(short_dir / "private")
     gate = threading.Event()
@@ -343,12 +345,7 @@ async def test_a_slice_read_while_its_pass_is_writing_is_no_drift(workdir: Path,
     try:
         async with running(settings) as r:
             online = r.topology.online
-            await anchor(r, tree)
-            bpod = pod("burst", "burstable")
-            b = systemd_driver(container(bpod, "app", 100), bpod, "burstable")
-            tree.runc(b, await r.conn.create_container(create(bpod, b)))
-            await r.conn.state_change(api.START_CONTAINER, bpod, b)
-            assert r.svc.plugin.await_pass()
+            _, b = await anchor_and_burstable(r, tree)
             assert tree.held(b) == online
             for pool_change in ("narrowed", "widened"):
                 monkeypatch.setattr(SlicePass, "finish", answered_late)
