@@ -293,9 +293,10 @@ async def test_a_malformed_answer_from_the_bus_still_writes_every_cgroup(workdir
 
 
 async def test_a_kubelet_update_and_a_drifted_slice_are_put_back(workdir: Path, short_dir: Path) -> None:
-    """A kubelet resize of a container below a slice is answered with the pool (runc writes it, as every
-    reply names the pool), and a pass gives it the wide set back; a slice someone widened is found by the
-    drift check and narrowed again, systemd told first. Neither is a container drift."""
+    """A kubelet resize of a started container below a confirmed slice is answered with the wide set it
+    holds (runc writes it and tells systemd), so no pass has to widen it after runc applied the reply (a
+    widening pass racing runc's write left the pool in the VM tier's sidecar); a slice someone widened is
+    found by the drift check and narrowed again, systemd told first. Neither is a container drift."""
     settings = settings_for(workdir, short_dir / "private", period_seconds=3600)  # drift checks by hand
     tree = Tree(Path(settings.reconcile.cgroup_root))
     peer = DBusPeer(short_dir / "private")
@@ -308,11 +309,10 @@ async def test_a_kubelet_update_and_a_drifted_slice_are_put_back(workdir: Path, 
 
             before = len(peer.calls)
             reply = await r.conn.update_container(resize_request(b, bpod, 200))
-            assert reply is not None and cpuset_updates(reply.update)[b.id][0] == str(pool)
-            (tree.dir(b) / "cpuset.cpus").write_text(f"{pool}\n")  # runc applies the reply
+            assert reply is not None and cpuset_updates(reply.update)[b.id][0] == str(online)
             assert r.svc.plugin.await_pass()
-            assert tree.held(b) == online
-            assert [u for _, u, _, _ in peer.calls[before:]] == [f"cri-containerd-{b.id}.scope"]
+            assert peer.calls[before:] == []  # no pass has anything to widen
+            assert await r.svc.reconciler.tick() == []  # what runc keeps is what the core expects
 
             before = len(peer.calls)
             (tree.slice_dir(BURSTABLE) / "cpuset.cpus").write_text(f"{online}\n")

@@ -180,12 +180,13 @@ def _reply(core: NodeCore, t: Tracked, resized: bool) -> Reply:
     containers without a cgroup. After a resize a started container's told set is left to the
     passes, whose ordered pass writes it."""
     node = core.node
-    desired, mems = node.desired(t)
-    held = t.started and core.slices.holds(t)  # below a QoS slice: runc writes the pool, a pass the wide set after
+    # below a confirmed QoS slice a started container's own cgroup holds the wide set (the slice bounds
+    # it): the reply names that, so runc's write and its systemd call agree with the passes' and nothing
+    # is left to widen after runc has applied the reply (which a pass cannot know the moment of)
+    held = t.started and core.slices.holds(t)
+    desired, mems = core.slices.own(t) if held else node.desired(t)
     if held or not (resized and t.started and core.cgroup_writes):
         node.told[t.container_id] = (desired, mems)
-        if held:
-            core.passes.lagging()
     node.recorded[t.container_id] = (desired, mems)  # the runtime stores the set it applies
     # an exclusive container's update removes its quota again (the kubelet's request carries one); one
     # demoted from exclusive (pod_level.demote) carries the kubelet's back (containerd's record holds -1)
