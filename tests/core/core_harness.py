@@ -86,7 +86,8 @@ def timers(outcome: Outcome) -> list[tuple[str, float]]:
 
 
 def settle_timers(outcome: Outcome) -> list[tuple[str, float]]:
-    return [t for t in timers(outcome) if not t[0].startswith("wait:")]
+    """The settle timers armed, by kind (each one's own name is ``<kind>#<n>``: core/passes.py)."""
+    return [(name.partition("#")[0], s) for name, s in timers(outcome) if not name.startswith("wait:")]
 
 
 def resolved(outcome: Outcome) -> dict[int, object]:
@@ -158,7 +159,15 @@ class Edge:
                 self.snapshot = effect.snapshot
         return outcome
 
+    def settles(self) -> list[tuple[str, float]]:
+        """The settle timers armed and not fired, by kind."""
+        return [(n.partition("#")[0], s) for n, s in self.armed.items() if n.startswith("settle")]
+
     def fire(self, name: str) -> Outcome:
+        """Fire a timer by its name, or a settle timer by its kind (``settle``: the one armed)."""
+        if name not in self.armed:
+            named = [n for n in self.armed if n.partition("#")[0] == name]
+            name = named[0] if len(named) == 1 else name
         assert name in self.armed, f"timer {name!r} not armed (armed: {sorted(self.armed)})"
         del self.armed[name]
         return self.handle(ev.TimerFired(name))

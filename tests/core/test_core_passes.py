@@ -17,6 +17,7 @@ from core_harness import (
     pod,
     resize,
     settle_timers,
+    timers,
     updates_of,
 )
 
@@ -156,12 +157,30 @@ def test_a_settle_a_pass_already_covered_never_writes_a_later_widen_early() -> N
     assert settle_timers(out) == [SETTLE]
     token = park_token(e.handle(ev.StartContainer(G.id)).reply)  # an urgent pass: the settle is void
     e.write()
-    assert token in e.resolves and e.armed.get(SETTLE[0]) == SETTLE[1]  # its timer has not fired yet
+    assert token in e.resolves and e.settles() == [SETTLE]  # its timer has not fired yet
     out = e.handle(ev.StopPodSandbox(GPOD))  # G's CPUs go back: the pool only widens
     assert settle_timers(out) == [SETTLE_WIDEN] and e.pool == online
     assert passes(e.fire(SETTLE[0])) == []  # the late short settle writes nothing
     [p] = passes(e.fire(SETTLE_WIDEN[0]))
     assert [(i.container_id, i.cpus) for i in p.items] == [(B.id, online)]
+
+
+def test_a_fire_of_a_voided_settle_never_passes_for_the_next_one() -> None:
+    """A settle timer whose pass an urgent one replaced may still fire after the next change armed a
+    settle of the same kind (its fire already queued): it must not dispatch that change's pass early.
+    Seen in tests/service/test_cgroup_pool.py, where the next settle was 3600 s and the pass came 1 ms on."""
+    e = make_core()
+    e.run(BPOD, B)
+    out = e.handle(create(GPOD, G))
+    [(stale, _)] = timers(out)[-1:]
+    park_token(e.handle(ev.StartContainer(G.id)).reply)  # an urgent pass: that settle is void
+    e.write()
+    gold2 = pod("gold2")
+    out = e.handle(create(gold2, container(gold2, "app", 2000, 2000)))  # narrows: a settle of the same kind
+    assert settle_timers(out) == [SETTLE]
+    assert passes(e.handle(ev.TimerFired(stale))) == []  # the old fire, queued late: no pass
+    e.armed.pop(stale, None)
+    assert len(passes(e.fire(SETTLE[0]))) == 1  # the new settle's own fire: the pass
 
 
 def test_a_narrowing_change_during_a_long_settle_shortens_it() -> None:

@@ -95,10 +95,12 @@ class PassBook:
             return
         node = self.core.node
         widen = self.pool_written is not None and self.pool_written.issubset(node.shared_pool)
-        name = SETTLE_WIDEN if widen else SETTLE
-        if self.settle != name:
-            self.settle = name
-            self.core.effects.append(ArmTimer(name, WIDEN_SETTLE_SECONDS if widen else SETTLE_SECONDS))
+        kind = SETTLE_WIDEN if widen else SETTLE
+        if self.settle is None or self.settle.partition("#")[0] != kind:
+            # each settle timer has a name of its own: a fire already queued for one a pass voided must
+            # not pass for the next (it dispatched a pass 1 ms into a 3600 s settle in a service test)
+            self.settle = f"{kind}#{self.new_token()}"
+            self.core.effects.append(ArmTimer(self.settle, WIDEN_SETTLE_SECONDS if widen else SETTLE_SECONDS))
 
     def lagging(self) -> None:
         """A started container's cgroup lags behind what it is to hold with no change since the last pass
