@@ -1,6 +1,7 @@
-"""docs/kubelet-compatibility.md (and the README) cite this repository's tests as `tests/<file>.py::<name>`.
-Each citation must name a test function that exists in that file, so a test renamed or removed cannot stay
-cited; the compatibility doc's other repository paths (`nri_pinner/...`, `protos/...:<line>`) must exist."""
+"""docs/kubelet-compatibility.md (and the README and the other docs) cite this repository's tests as
+`tests/<file>.py::<name>`. Each citation must name a test function that exists in that file, so a test
+renamed or removed cannot stay cited; the compatibility doc's other repository paths (`nri_pinner/...`,
+`protos/...:<line>`) must exist."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import re
 from pathlib import Path
 
 import pytest
+from markdown_docs import split_fences
 
 REPO = Path(__file__).resolve().parents[2]
 COMPAT = "docs/kubelet-compatibility.md"
-CITED_IN = (COMPAT, "README.md")
+DOCS = sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").rglob("*.md"))
+CITED_IN = (COMPAT, "README.md", *(d for d in DOCS if d != COMPAT))
 TEST_CITATION = re.compile(r"\b(tests/[\w./-]+\.py)::(\w+(?:::\w+)?)")
 REPO_PATH = re.compile(r"`((?:nri_pinner|protos|tests)/[\w./-]+?)(?::(\d+))?`")
 
@@ -55,7 +58,8 @@ def wrong_paths(text: str, root: Path) -> list[str]:
 
 @pytest.mark.parametrize("doc", CITED_IN)
 def test_every_cited_test_exists(doc: str) -> None:
-    assert wrong_test_citations((REPO / doc).read_text(), REPO) == []
+    outside_fences = "\n".join(line for _, line in split_fences((REPO / doc).read_text())[1])  # blocks: examples
+    assert wrong_test_citations(outside_fences, REPO) == []
 
 
 def test_the_compatibility_doc_cites_tests_and_real_paths() -> None:

@@ -82,5 +82,5 @@ def test_the_component_runs_enable_nri_on_the_hosts_containerd_config(tmp_path: 
 
 
 def test_readme_names_the_component() -> None:
-    readme = (KUBE_DIR.parents[1] / "README.md").read_text()
+    readme = (KUBE_DIR.parents[1] / "docs" / "install.md").read_text()  # the README's install page
     assert "components/enable-nri" in readme and "nri-pinner enable-nri" in readme

@@ -287,7 +287,7 @@ def test_covering_mount_picks_the_deepest() -> None:
 
 
 def test_readme_names_every_mount_and_the_capabilities() -> None:
-    readme = (KUBE_DIR.parents[1] / "README.md").read_text()
+    readme = (KUBE_DIR.parents[1] / "docs" / "install.md").read_text()  # the README's install page
     section = readme.split("### Privileges", 1)[1].split("\n## ", 1)[0]
     for m in mounts():
         assert f"`{m.container_path}`" in section, f"README's Privileges section does not explain {m.container_path}"
@@ -295,7 +295,8 @@ def test_readme_names_every_mount_and_the_capabilities() -> None:
 
 
 def test_readme_tells_what_a_rejection_and_a_rolling_update_really_do() -> None:
-    readme = (KUBE_DIR.parents[1] / "README.md").read_text()
+    docs = KUBE_DIR.parents[1] / "docs"  # the README's pages: rejections are read intent, rolling updates install
+    readme = (docs / "kubernetes-intent.md").read_text() + (docs / "install.md").read_text()
     flat_text = " ".join(readme.split())
     assert "as a kubelet admission failure would" not in flat_text  # it does not: no reschedule
     assert "`CreateContainerError`" in flat_text and "retries the create on the same node" in flat_text

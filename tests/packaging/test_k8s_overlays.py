@@ -78,7 +78,7 @@ def test_k3s_component_mounts_containerd_run_dir_from_the_k3s_path(tmp_path: Pat
 
 
 def test_readme_tells_the_namespace_step_and_the_k3s_knob() -> None:
-    readme = (KUBE_DIR.parents[1] / "README.md").read_text()
+    readme = (KUBE_DIR.parents[1] / "docs" / "install.md").read_text()  # the README's install page
     section = readme.split("### On a fleet (Kustomize)", 1)[1].split("\n### ", 1)[0]
     assert "kubectl apply -k packaging/kubernetes/namespace" in section
     assert "components/k3s" in section and "/run/k3s/containerd" in section

@@ -39,7 +39,7 @@ def test_the_daemonset_mounts_the_lock_directory_from_the_host_read_write() -> N
 
 
 def test_readme_says_run_refuses_a_second_instance_on_the_same_runtime() -> None:
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "operations.md").read_text()  # the README's operations page
     assert "/run/nri-pinner/nri-run-nri-nri.sock.lock" in readme
     assert "A second pinner with\nanother inspection socket is refused by `install`, not by `run`" not in readme
 

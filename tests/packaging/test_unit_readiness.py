@@ -31,7 +31,7 @@ def test_a_start_that_never_gets_ready_fails_and_is_retried() -> None:
     found = re.fullmatch(r"(\d+)s", timeout)
     assert found and 30 <= int(found.group(1)) <= 300, timeout
     assert unit_values("Restart") == ["on-failure"]  # a start timeout is a failure systemd restarts
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "install.md").read_text()  # the README's install page
     assert f"`TimeoutStartSec={timeout}`" in readme and "`Type=notify`" in readme
     assert f"TimeoutStartSec={timeout}" in man_page().replace("\\fB", "").replace("\\fR", "")
     assert "NOTIFY_SOCKET" in man_page()
