@@ -8,7 +8,7 @@ CPU, then widened again), each pass two ways:
   * systemd + writes: one `SystemdUnits.agree` batch for all scopes (SetUnitProperties, pipelined),
     then the same writes (the systemd-driver pass);
   * with --qos-slices, slice: the pool held on the scopes' slice instead (one call, one write a pass;
-    `reconcile.systemd_pool_on_qos_slices`, docs/systemd-pool-design.md), the scopes keeping every CPU;
+    `reconcile.systemd_pool_on_qos_slices`, docs/design/systemd-pool-design.md), the scopes keeping every CPU;
     each scope's `cpuset.cpus.effective` is checked against the slice after every pass.
 Prints per pass: calls, wall time, this thread's CPU time, and PID 1's CPU time (systemd does work
 of its own for every call: it writes the cgroup itself). Then checks that every scope's

@@ -41,6 +41,11 @@ HEADING = re.compile(r"^\s{0,3}(?P<hashes>#{1,6})\s+(?P<text>.*?)\s*#*\s*$")
 HTML_ID = re.compile(r"<a\s+[^>]*(?:name|id)=\"(?P<id>[^\"]+)\"")
 REPO_PATH = re.compile(r"`(?P<path>(?:nri_pinner|tests|scripts|packaging|docs|benchmarks|testkit|examples|protos)"
                        r"/[\w.-]+(?:/[\w.-]+)*/?)`")
+# A path inside the package, written without `nri_pinner/` (`service/core/passes.py`, `engine/admission.py`).
+PACKAGE_PATH = re.compile(r"`(?P<path>(?:service|core|engine|nri|edge|config|cli)/[\w.-]+(?:/[\w.-]+)*\.py)`")
+# Where a package-relative path may live: the package, and (until the package's reorganisation) its
+# service/ folder, which held the node core as service/core/.
+PACKAGE_ROOTS = ("nri_pinner", "nri_pinner/service")
 ENV_ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=")
 
 
@@ -220,17 +225,21 @@ def wrong_run_by(value: str, block: Block, root: Path) -> list[str]:
 
 
 def wrong_repo_paths(path: Path, root: Path = REPO) -> list[str]:
-    """Backticked repository paths (`nri_pinner/...`, `tests/...`, ...) in `path` that do not exist.
-    Placeholders (`<...>`, `*`) and globbed names are not paths; a path of another repository is not
-    backticked here, or is written with its repository's name in front."""
+    """Backticked repository paths in `path` that do not exist: `nri_pinner/...`, `tests/...`, `scripts/...`
+    and the other top-level folders (a name without its `.py` is the module: `examples/pin_fixed`), and
+    package paths written without `nri_pinner/` (`service/core/passes.py`). Placeholders (`<...>`, `*`),
+    `:line` suffixes and paths in fenced blocks are not checked."""
     problems = []
     where = path.relative_to(root)
     _, outside = split_fences(path.read_text())
     for number, line in outside:
         for m in REPO_PATH.finditer(line):
             candidate = m["path"].rstrip("/")
-            if not (root / candidate).exists():
+            if not ((root / candidate).exists() or (root / f"{candidate}.py").is_file()):
                 problems.append(f"{where}:{number}: `{m['path']}`: no such path")
+        for m in PACKAGE_PATH.finditer(line):
+            if not any((root / package / m["path"]).is_file() for package in PACKAGE_ROOTS):
+                problems.append(f"{where}:{number}: `{m['path']}`: no such file in the package")
     return problems
 
 
