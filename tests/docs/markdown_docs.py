@@ -227,7 +227,7 @@ def wrong_run_by(value: str, block: Block, root: Path) -> list[str]:
 def wrong_repo_paths(path: Path, root: Path = REPO) -> list[str]:
     """Backticked repository paths in `path` that do not exist: `nri_pinner/...`, `tests/...`, `scripts/...`
     and the other top-level folders (a name without its `.py` is the module: `examples/pin_fixed`), and
-    package paths written without `nri_pinner/` (`service/core/passes.py`). Placeholders (`<...>`, `*`),
+    package paths written without `nri_pinner/` (`service/core/passes.py`). Placeholders (`<...>`, `*`, `...`),
     `:line` suffixes and paths in fenced blocks are not checked."""
     problems = []
     where = path.relative_to(root)
@@ -235,6 +235,8 @@ def wrong_repo_paths(path: Path, root: Path = REPO) -> list[str]:
     for number, line in outside:
         for m in REPO_PATH.finditer(line):
             candidate = m["path"].rstrip("/")
+            if "..." in candidate:
+                continue  # a placeholder: `nri_pinner/...`
             if not ((root / candidate).exists() or (root / f"{candidate}.py").is_file()):
                 problems.append(f"{where}:{number}: `{m['path']}`: no such path")
         for m in PACKAGE_PATH.finditer(line):

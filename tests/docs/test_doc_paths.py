@@ -26,7 +26,7 @@ def test_a_missing_path_is_reported(tmp_path: Path) -> None:
     page = tmp_path / "a.md"
     page.write_text(
         "`nri_pinner/service/core/passes.py` `service/core/passes.py` `core/passes.py` `examples/pin_fixed`\n"
-        "`tests/engine/test_gone.py` `engine/gone.py` `tests/<name>.py` `nri_pinner/x.py:12`\n"
+        "`tests/engine/test_gone.py` `engine/gone.py` `tests/<name>.py` `nri_pinner/x.py:12` `nri_pinner/...`\n"
         "```sh\n`scripts/not-checked-in-a-fence`\n```\n")
     assert wrong_repo_paths(page, tmp_path) == [
         "a.md:2: `tests/engine/test_gone.py`: no such path",
