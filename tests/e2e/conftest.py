@@ -40,12 +40,6 @@ def pytest_report_header() -> list[str]:
     return lines
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "containerd" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.e2e)
-
-
 @pytest.fixture(scope="session", params=RUNTIMES, ids=[f"containerd-{k}" for k in RUNTIMES])
 def containerd_session(request: pytest.FixtureRequest) -> Iterator[PrivateContainerd]:
     key: str = request.param

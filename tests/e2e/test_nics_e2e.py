@@ -2,7 +2,7 @@
 names a host interface, and `status` shows it with the PCI function read from this VM's sysfs.
 
 This VM has one NUMA node and its NIC has no NUMA affinity (numa_node -1), and the e2e pods run in
-the host network (no CNI here), so alignment itself is proven in tests/nics (fixture sysfs, real
+the host network (no CNI here), so alignment itself is proven in tests/service/test_nic_*.py (fixture sysfs, real
 pod namespaces); here the pod must still be pinned and the NIC must give no constraint.
 """
 

@@ -1,4 +1,5 @@
-"""Fixtures for the service tests (the harness itself is in svc_harness.py)."""
+"""Fixtures for the service tests (the harness itself is in svc_harness.py; the NIC tests' helpers in
+nic_fixtures.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from nic_fixtures import PodNetns
 from run_process import Run, terminate
 from svc_harness import close_services
 
@@ -35,3 +37,13 @@ def runs() -> Iterator[list[Run]]:
     yield started
     for run in started:
         terminate(run)
+
+
+@pytest.fixture
+def pod_netns() -> Iterator[PodNetns]:
+    """A namespace standing in for a pod's, removed with its links after the test."""
+    ns = PodNetns()
+    try:
+        yield ns
+    finally:
+        ns.close()

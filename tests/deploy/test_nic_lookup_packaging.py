@@ -2,7 +2,7 @@
 down as the plugin's otherwise; verified and scored offline, as PID 1 here is not systemd) and the
 DaemonSet's components/nic-lookup (rendered with `kubectl kustomize`, validated with
 `kubernetes-validate --strict`): a second container adding SYS_ADMIN and nothing else. tests/vm/parts/
-40-deb-unit runs the unit under a real systemd; tests/nics/test_nic_lookup_service.py proves the
+40-deb-unit runs the unit under a real systemd; tests/service/test_nic_lookup_service.py proves the
 privilege split on real namespaces."""
 
 from __future__ import annotations
