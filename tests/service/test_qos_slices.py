@@ -167,17 +167,21 @@ async def test_a_pool_change_costs_the_same_systemd_calls_at_any_number_of_share
         async with running(settings) as r:
             online = r.topology.online
             await anchor(r, tree)  # exclusive CPUs held already: a shared container's create gets less than all
+            created_narrow = set()
             for p, c in shared_pods(n):
                 tree.runc(c, await r.conn.create_container(create(p, c)))
-                assert tree.held(c) != online
+                if tree.held(c) != online:  # created before its slice was confirmed: the pool
+                    created_narrow.add(f"cri-containerd-{c.id}.scope")
                 await r.conn.state_change(api.START_CONTAINER, p, c)
             assert r.svc.plugin.await_pass()
             pool = r.svc.plugin.view().shared_pool
             assert tree.held(BURSTABLE) == tree.held(BESTEFFORT) == pool != online
-            for _, c in shared_pods(n):  # each widened once, after its start
+            for _, c in shared_pods(n):  # each holds every CPU, from runc's create or widened once after
                 assert tree.held(c) == online
             widened = [u for _, u, _, _ in peer.calls if u.startswith("cri-containerd-")]
-            assert len(widened) == len(set(widened)) == n
+            assert len(widened) == len(set(widened)) and set(widened) == created_narrow
+            if n:  # once its slice holds the pool a shared container is created wide: its start costs no call
+                assert len(created_narrow) < n
 
             gpod = pod("gold")
             g = systemd_driver(container(gpod, "app", 2000, 2000), gpod, "guaranteed")
@@ -320,6 +324,34 @@ async def test_a_kubelet_update_and_a_drifted_slice_are_put_back(workdir: Path, 
             assert r.svc.plugin.await_pass()
             assert tree.held(BURSTABLE) == pool and tree.held(b) == online
             assert [u for _, u, _, _ in peer.calls[before:]] == [BURSTABLE]
+    finally:
+        peer.close()
+
+
+async def test_below_a_confirmed_slice_a_create_is_answered_wide_and_its_start_costs_no_call(
+        workdir: Path, short_dir: Path) -> None:
+    """Once its slice holds the pool, a shared container is created with every online CPU (runc writes
+    them and tells systemd; the slice bounds them): its start needs no pass and no systemd call of ours.
+    Before, each start was widened by its own SetUnitProperties (a VM-tier run under load saw one go
+    unanswered for 5 s during a daemon-reload, and the drift check then repaired the scope)."""
+    settings = settings_for(workdir, short_dir / "private", period_seconds=3600)
+    tree = Tree(Path(settings.reconcile.cgroup_root))
+    peer = DBusPeer(short_dir / "private")
+    try:
+        async with running(settings) as r:
+            online = r.topology.online
+            bpod, _ = await anchor_and_burstable(r, tree)
+            pool = r.svc.plugin.view().shared_pool
+            assert tree.held(BURSTABLE) == pool != online
+            before = len(peer.calls)
+            b2 = systemd_driver(container(bpod, "second", 100), bpod, "burstable")
+            reply = await r.conn.create_container(create(bpod, b2))
+            assert reply is not None and reply.adjust.linux.resources.cpu.cpus == str(online)
+            tree.runc(b2, reply)
+            await r.conn.state_change(api.START_CONTAINER, bpod, b2)
+            assert r.svc.plugin.await_pass()
+            assert peer.calls[before:] == [] and tree.held(b2) == online
+            assert await r.svc.reconciler.tick() == []
     finally:
         peer.close()
 

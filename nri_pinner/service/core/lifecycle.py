@@ -88,7 +88,10 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
                 cfs_quota=int(req.container.linux.resources.cpu.quota.value))
     node.containers[t.container_id] = t
     cpus, mems = node.desired(t)
-    node.told[t.container_id] = node.recorded[t.container_id] = (cpus, mems)
+    # below a confirmed QoS slice runc creates the cgroup (and tells systemd) with the wide set the slice
+    # bounds: its start then needs no systemd call of ours to widen it (core/qos_slices.py)
+    own = core.slices.own(t) if core.cgroup_writes and core.slices.holds(t) else (cpus, mems)
+    node.told[t.container_id] = node.recorded[t.container_id] = own
     updates = pending_updates(core, exclude=t.container_id)
     node.record(decision, intent, outcome)
     core.commit()
@@ -99,8 +102,9 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
              pod=f"{intent.namespace}/{intent.pod_name}", container=intent.container, qos=intent.qos,
              cpus=str(cpus), mems=mems_text(mems), exclusive=decision.exclusive, outcome=outcome,
              shared_updates=len(updates), reason=intent.source,
+             **({"cgroup_cpus": str(own[0])} if own[0] != cpus else {}),
              **({"cfs_quota": f"{t.cfs_quota} -> unlimited"} if t.quota_removed else {}))
-    return CreateReply(str(cpus), mems_text(mems), updates, quota)
+    return CreateReply(str(own[0]), mems_text(own[1]), updates, quota)
 
 
 def start(core: NodeCore, event: StartContainer) -> Reply:
@@ -112,9 +116,11 @@ def start(core: NodeCore, event: StartContainer) -> Reply:
     t.started = True
     a = node.assignment(t)
     exclusive = a is not None and a.exclusive
-    if core.cgroup_writes and node.told.get(t.container_id) != node.desired(t):
+    desired, own = node.desired(t), core.slices.own(t)
+    told = node.told.get(t.container_id)
+    if core.cgroup_writes and told != desired and own == desired:
         core.passes.want(node.generation)  # its own cgroup lags (the pool changed since its create)
-    elif core.cgroup_writes and (node.told.get(t.container_id) != core.slices.own(t) or core.slices.lags(t)):
+    elif core.cgroup_writes and (told != own or core.slices.lags(t)):
         core.passes.lagging()  # below a QoS slice: its cgroup gets the wide set (core/qos_slices.py)
     if not core.cgroup_writes or not exclusive:
         return None

@@ -12,11 +12,12 @@ their pod's slice beside the QoS slices) and the exclusive containers are writte
 without the setting.
 
 A container gets the wide set only once its slice is confirmed (systemd answered, the cgroup write
-succeeded) to hold no more than the pool: from a pass, or from the reply to a resize of a started
-container below such a slice (runc applies a reply at a moment no pass can know, so the reply names the
-set the passes would write). Every other reply names the pool, as without the setting. A slice a
-pass cannot confirm has every container below it written to the pool per scope in that same pass
-(service/qos_slices.py), so an exclusive container's start, which waits for the pass, waits for that too.
+succeeded) to hold no more than the pool: from a pass, or from the reply to its create or to a resize
+once started (runc applies a reply at a moment no pass can know, so the reply names the set the passes
+would write; and a start then costs no systemd call of ours). Every other reply names the pool, as
+without the setting. A slice a pass cannot confirm has every container below it written to the pool
+per scope in that same pass (service/qos_slices.py), so an exclusive container's start, which waits for
+the pass, waits for that too.
 """
 
 from __future__ import annotations
