@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -296,36 +298,44 @@ async def test_a_malformed_answer_from_the_bus_still_writes_every_cgroup(workdir
         peer.close()
 
 
+@asynccontextmanager
+async def burstable_below_a_held_slice(workdir: Path, short_dir: Path) -> AsyncIterator[
+        tuple[Any, Tree, DBusPeer, api.PodSandbox, api.Container]]:
+    """The anchor and one started Burstable container holding every CPU below its slice, which holds the
+    pool (drift checks by hand): (running, tree, bus peer, its pod, it)."""
+    settings = settings_for(workdir, short_dir / "private", period_seconds=3600)
+    tree = Tree(Path(settings.reconcile.cgroup_root))
+    peer = DBusPeer(short_dir / "private")
+    try:
+        async with running(settings) as r:
+            bpod, b = await anchor_and_burstable(r, tree)
+            pool = r.svc.plugin.view().shared_pool
+            assert tree.held(b) == r.topology.online and tree.held(BURSTABLE) == pool != r.topology.online
+            yield r, tree, peer, bpod, b
+    finally:
+        peer.close()
+
+
 async def test_a_kubelet_update_and_a_drifted_slice_are_put_back(workdir: Path, short_dir: Path) -> None:
     """A kubelet resize of a started container below a confirmed slice is answered with the wide set it
     holds (runc writes it and tells systemd), so no pass has to widen it after runc applied the reply (a
     widening pass racing runc's write left the pool in the VM tier's sidecar); a slice someone widened is
     found by the drift check and narrowed again, systemd told first. Neither is a container drift."""
-    settings = settings_for(workdir, short_dir / "private", period_seconds=3600)  # drift checks by hand
-    tree = Tree(Path(settings.reconcile.cgroup_root))
-    peer = DBusPeer(short_dir / "private")
-    try:
-        async with running(settings) as r:
-            online = r.topology.online
-            bpod, b = await anchor_and_burstable(r, tree)
-            pool = r.svc.plugin.view().shared_pool
-            assert tree.held(b) == online and tree.held(BURSTABLE) == pool
+    async with burstable_below_a_held_slice(workdir, short_dir) as (r, tree, peer, bpod, b):
+        online, pool = r.topology.online, r.svc.plugin.view().shared_pool
+        before = len(peer.calls)
+        reply = await r.conn.update_container(resize_request(b, bpod, 200))
+        assert reply is not None and cpuset_updates(reply.update)[b.id][0] == str(online)
+        assert r.svc.plugin.await_pass()
+        assert peer.calls[before:] == []  # no pass has anything to widen
+        assert await r.svc.reconciler.tick() == []  # what runc keeps is what the core expects
 
-            before = len(peer.calls)
-            reply = await r.conn.update_container(resize_request(b, bpod, 200))
-            assert reply is not None and cpuset_updates(reply.update)[b.id][0] == str(online)
-            assert r.svc.plugin.await_pass()
-            assert peer.calls[before:] == []  # no pass has anything to widen
-            assert await r.svc.reconciler.tick() == []  # what runc keeps is what the core expects
-
-            before = len(peer.calls)
-            (tree.slice_dir(BURSTABLE) / "cpuset.cpus").write_text(f"{online}\n")
-            assert await r.svc.reconciler.tick() == []  # no container drifted
-            assert r.svc.plugin.await_pass()
-            assert tree.held(BURSTABLE) == pool and tree.held(b) == online
-            assert [u for _, u, _, _ in peer.calls[before:]] == [BURSTABLE]
-    finally:
-        peer.close()
+        before = len(peer.calls)
+        (tree.slice_dir(BURSTABLE) / "cpuset.cpus").write_text(f"{online}\n")
+        assert await r.svc.reconciler.tick() == []  # no container drifted
+        assert r.svc.plugin.await_pass()
+        assert tree.held(BURSTABLE) == pool and tree.held(b) == online
+        assert [u for _, u, _, _ in peer.calls[before:]] == [BURSTABLE]
 
 
 async def test_below_a_confirmed_slice_a_create_is_answered_wide_and_its_start_costs_no_call(
@@ -334,26 +344,17 @@ async def test_below_a_confirmed_slice_a_create_is_answered_wide_and_its_start_c
     them and tells systemd; the slice bounds them): its start needs no pass and no systemd call of ours.
     Before, each start was widened by its own SetUnitProperties (a VM-tier run under load saw one go
     unanswered for 5 s during a daemon-reload, and the drift check then repaired the scope)."""
-    settings = settings_for(workdir, short_dir / "private", period_seconds=3600)
-    tree = Tree(Path(settings.reconcile.cgroup_root))
-    peer = DBusPeer(short_dir / "private")
-    try:
-        async with running(settings) as r:
-            online = r.topology.online
-            bpod, _ = await anchor_and_burstable(r, tree)
-            pool = r.svc.plugin.view().shared_pool
-            assert tree.held(BURSTABLE) == pool != online
-            before = len(peer.calls)
-            b2 = systemd_driver(container(bpod, "second", 100), bpod, "burstable")
-            reply = await r.conn.create_container(create(bpod, b2))
-            assert reply is not None and reply.adjust.linux.resources.cpu.cpus == str(online)
-            tree.runc(b2, reply)
-            await r.conn.state_change(api.START_CONTAINER, bpod, b2)
-            assert r.svc.plugin.await_pass()
-            assert peer.calls[before:] == [] and tree.held(b2) == online
-            assert await r.svc.reconciler.tick() == []
-    finally:
-        peer.close()
+    async with burstable_below_a_held_slice(workdir, short_dir) as (r, tree, peer, bpod, _):
+        online = r.topology.online
+        before = len(peer.calls)
+        b2 = systemd_driver(container(bpod, "second", 100), bpod, "burstable")
+        reply = await r.conn.create_container(create(bpod, b2))
+        assert reply is not None and reply.adjust.linux.resources.cpu.cpus == str(online)
+        tree.runc(b2, reply)
+        await r.conn.state_change(api.START_CONTAINER, bpod, b2)
+        assert r.svc.plugin.await_pass()
+        assert peer.calls[before:] == [] and tree.held(b2) == online
+        assert await r.svc.reconciler.tick() == []
 
 
 async def test_a_slice_read_while_its_pass_is_writing_is_no_drift(workdir: Path, short_dir: Path,
