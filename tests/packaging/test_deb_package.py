@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from nri_pinner import __version__
-from nri_pinner.clidoc import man_page
+from nri_pinner.cli.doc import man_page
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "nri-pinner.service"
@@ -151,7 +151,7 @@ def test_package_metadata_and_contents(deb: Path) -> None:
                  "./usr/share/man/man1/nri-pinner.1.gz", "./usr/share/doc/nri-pinner/changelog.gz",
                  "./usr/share/doc/nri-pinner/copyright", "./usr/share/bash-completion/completions/nri-pinner",
                  "./usr/share/zsh/vendor-completions/_nri-pinner", f".{VENV}/pyvenv.cfg", f".{VENV}/bin/nri-pinner",
-                 f".{VENV}/lib/python{PYVER}/site-packages/nri_pinner/cli.py"):
+                 f".{VENV}/lib/python{PYVER}/site-packages/nri_pinner/cli/main.py"):
         assert path in listing, path
     assert "/grpc/_cython/cygrpc.cpython-" in listing
     assert ".pyc" not in listing and "/wheels/" not in listing  # compiled on the node; nothing built there

@@ -13,7 +13,7 @@ import pytest
 from run_process import REPO, start, terminate
 
 from nri_pinner.config import InspectSettings
-from nri_pinner.service.instance_lock import lock_path
+from nri_pinner.edge.instance_lock import lock_path
 
 SHIPPED = REPO / "packaging" / "deb" / "logrotate"
 LOG = "/var/log/nri-pinner.log"
