@@ -1,4 +1,5 @@
-"""`python -m nri_pinner ...`: what the pre-installed plugin launcher runs (no PATH, no console script)."""
+"""`python -m nri_pinner.cli ...`: the CLI as `python -m nri_pinner ...` runs it (nri_pinner/__main__.py, what the
+pre-installed plugin launcher runs: no PATH, no console script)."""
 
 import sys
 
