@@ -191,7 +191,7 @@ def test_installed_venv_is_owned_by_dpkg_and_runs(installed_root: Path) -> None:
     verify = chroot(installed_root, "dpkg", "-V", "nri-pinner")
     assert (verify.returncode, verify.stdout) == (0, "")
     # Byte-compiled by postinst, and the .pyc are used (hash-checked against the unpacked sources).
-    assert list((installed_root / VENV.lstrip("/")).rglob("nri_pinner/__pycache__/cli.*.pyc"))
+    assert list((installed_root / VENV.lstrip("/")).rglob("nri_pinner/cli/__pycache__/main.*.pyc"))
     assert chroot(installed_root, f"{VENV}/bin/python", "-c", "import pip").returncode != 0
     man = chroot(installed_root, "zcat", "/usr/share/man/man1/nri-pinner.1.gz")
     assert "config \\-\\-check" in man.stdout and ".SH EXIT STATUS" in man.stdout
@@ -333,7 +333,7 @@ def test_upgrade_between_two_builds_of_this_scheme(installed_root: Path, deb: Pa
     assert (root / WANTS).is_symlink()
     verify = chroot(root, "dpkg", "-V", "nri-pinner")
     assert (verify.returncode, verify.stdout) == (0, "")
-    assert list((root / VENV.lstrip("/")).rglob("nri_pinner/__pycache__/cli.*.pyc"))  # recompiled
+    assert list((root / VENV.lstrip("/")).rglob("nri_pinner/cli/__pycache__/main.*.pyc"))  # recompiled
     dpkg(root, "-P", "nri-pinner")
     assert not (root / WANTS).is_symlink() and not (root / "usr/lib/nri-pinner").exists()
 
