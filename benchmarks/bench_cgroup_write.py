@@ -21,8 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from nri_pinner.edge.cgroups.cpuset_writer import CpusetWriter
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service.cpuset_writer import CpusetWriter
 
 
 def make(d: Path, v1: bool, cpus: str, mems: str) -> None:

@@ -33,13 +33,13 @@ from pyroute2 import IPRoute, netns  # type: ignore[import-untyped]
 from shapes import machine
 
 from nri_pinner.config import from_mapping
+from nri_pinner.edge.nic_lookup.lookup import NicLookup
 from nri_pinner.engine.admission import AdmissionRequest, Engine
 from nri_pinner.engine.cpumanager.state import EngineState
 from nri_pinner.engine.nicmanager.hints import NicHintProvider, NicTable, nic_hints
 from nri_pinner.engine.topology.model import Topology
 from nri_pinner.engine.topologymanager.hints import HintRequest, ResourceHints, TopologyHint, mask_of
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.nic_lookup import NicLookup
 
 SIZES = (1, 4, 16)
 POLICIES = ("best-effort", "restricted", "single-numa-node")

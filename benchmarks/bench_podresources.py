@@ -16,10 +16,10 @@ import argparse
 import statistics
 import time
 
+from nri_pinner.edge.clients.podresources import PodResources, view_of
+from nri_pinner.edge.gen import podresources_pb2 as pr
 from nri_pinner.engine.devicemanager.podresources import PodResourcesHintProvider
 from nri_pinner.engine.topologymanager.hints import HintRequest
-from nri_pinner.service.gen import podresources_pb2 as pr
-from nri_pinner.service.podresources_client import PodResources, view_of
 
 GPU = "vendor.com/gpu"
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from shapes import machine
 
-from nri_pinner.simulate import load_engine, run_ops, run_scenario_file
+from nri_pinner.cli.simulate import load_engine, run_ops, run_scenario_file
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nri_pinner.edge.cgroups.cpuset_writer import CpusetWriter
+from nri_pinner.edge.cgroups.systemd_units import SystemdUnits
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service.cpuset_writer import CpusetWriter
-from nri_pinner.service.systemd_units import SystemdUnits
 
 SLICE, PREFIX = "nribench.slice", "nribench"
 

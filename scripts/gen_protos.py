@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate the protobuf message modules in nri_pinner/nri/gen/ from protos/.
+"""Regenerate the protobuf message modules in nri_pinner/nri/gen/ and nri_pinner/edge/gen/ from protos/.
 
 Only message code is generated (``_pb2.py`` + ``.pyi``): ttrpc is not gRPC, so
 no service stubs are needed. protoc names modules after the .proto paths
@@ -11,7 +11,7 @@ The output depends on the protoc bundled with grpcio-tools, so the version is
 pinned (see PINNED_GRPCIO_TOOLS); tests/nri/test_protos.py regenerates into a
 temporary directory and fails if the committed files are stale.
 
-Usage: python scripts/gen_protos.py [--group nri|service [--out DIR]] [--check]
+Usage: python scripts/gen_protos.py [--group nri|edge [--out DIR]] [--check]
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 PROTO_ROOT = REPO / "protos"
 DEFAULT_OUT = REPO / "nri_pinner" / "nri" / "gen"
 PACKAGE = "nri_pinner.nri.gen"
-SERVICE_OUT = REPO / "nri_pinner" / "service" / "gen"
-SERVICE_PACKAGE = "nri_pinner.service.gen"
+EDGE_OUT = REPO / "nri_pinner" / "edge" / "gen"
+EDGE_PACKAGE = "nri_pinner.edge.gen"
 PINNED_GRPCIO_TOOLS = "1.85.1"
 PINNED_PROTOBUF = "7.36.2"
 
@@ -39,14 +39,15 @@ PROTOS: dict[str, str] = {
     "google/rpc/status.proto": "status_pb2",
 }
 
-# The service's own protos: a separate package, so nri/ stays free of anything CPU-specific.
-SERVICE_PROTOS: dict[str, str] = {
+# The edge's own protos (its clients and status socket): a separate package, so nri/ stays free of
+# anything CPU-specific.
+EDGE_PROTOS: dict[str, str] = {
     "cri/repair.proto": "cri_repair_pb2",
     "nri_pinner/inspect.proto": "inspect_pb2",
     "kubelet/podresources/v1/api.proto": "podresources_pb2",
 }
 
-SERVICE_INIT_TEXT = '''"""Generated protobuf messages. DO NOT EDIT: run scripts/gen_protos.py.
+EDGE_INIT_TEXT = '''"""Generated protobuf messages. DO NOT EDIT: run scripts/gen_protos.py.
 
 cri_repair_pb2 -- the CRI UpdateContainerResources/Version subset (protos/cri/repair.proto)
 inspect_pb2    -- nri-pinner's inspection service (protos/nri_pinner/inspect.proto)
@@ -118,7 +119,7 @@ def generate(out: Path, group: str = "nri") -> list[Path]:
 
 GROUPS: dict[str, tuple[Path, dict[str, str], str, str]] = {
     "nri": (DEFAULT_OUT, PROTOS, PACKAGE, INIT_TEXT),
-    "service": (SERVICE_OUT, SERVICE_PROTOS, SERVICE_PACKAGE, SERVICE_INIT_TEXT),
+    "edge": (EDGE_OUT, EDGE_PROTOS, EDGE_PACKAGE, EDGE_INIT_TEXT),
 }
 
 

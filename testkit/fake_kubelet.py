@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from nri_pinner.service.gen import podresources_pb2 as pr
+from nri_pinner.edge.gen import podresources_pb2 as pr
 
 SERVICE = "v1.PodResourcesLister"
 

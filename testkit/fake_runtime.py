@@ -31,7 +31,7 @@ from typing import Any
 
 from nri_pinner.nri import codec, versions
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub_wire import KvLogger, TtrpcPeer
+from nri_pinner.nri.stub.wire import KvLogger, TtrpcPeer
 from testkit.fake_runtime_conn import PluginConnection, PluginDropped, RuntimeProfile
 
 __all__ = [

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
+from nri_pinner.core.intent import IntentError, intent_from_nri
 from nri_pinner.engine.cpuset import CPUSet, CPUSetError
 from nri_pinner.nri import codec
 from nri_pinner.nri.codec import Decoder, ProtocolError
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.core.intent import IntentError, intent_from_nri
 
 PLUGIN = "nri.pkg.api.v1alpha1.Plugin"
 HOSTILE_VALUES = ["abc", "inf", "-1", "nan", "1e999", "0", "\u00b2", "9" * 5000, "0-999999999", "99999999999",

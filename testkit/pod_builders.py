@@ -19,7 +19,7 @@ from nri_pinner.nri.gen import api_pb2 as api
 
 PERIOD = 100_000
 # NOT a kubelet field: the container annotation a plain containerd client sets to mark an init container
-# (README "How Kubernetes intent is read"; nri_pinner/service/core/intent.py CONTAINER_TYPE_OVERRIDE)
+# (README "How Kubernetes intent is read"; nri_pinner/core/intent.py CONTAINER_TYPE_OVERRIDE)
 PLAIN_CONTAINERD_TYPE = "io.kubernetes.container.type"
 
 

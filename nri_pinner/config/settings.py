@@ -52,7 +52,7 @@ class CPUManagerSettings:
     kubelet_version: str = DEFAULT_RELEASE  # the release whose placements the allocator follows (releases.py)
     post_release_fixes: tuple[str, ...] = ()  # upstream fixes merged after it, by PR (none built: all refused)
     # the kubelet's DisableCPUQuotaWithExclusiveCPUs (beta, on since 1.33): exclusive containers and their
-    # pods run without a CFS quota (README "Configuration reference"; service/core/quotas.py)
+    # pods run without a CFS quota (README "Configuration reference"; core/quotas.py)
     disable_cpu_quota_with_exclusive_cpus: bool = True
 
 

@@ -85,7 +85,7 @@ def reserved_warnings(reserved: CPUSet, online: CPUSet) -> list[str]:
 
 def quota_warnings(settings: Settings) -> list[str]:
     """What `cpu_manager.disable_cpu_quota_with_exclusive_cpus` cannot do with this config (`run` says it
-    once, at the first exclusive container: service/core/quotas.py)."""
+    once, at the first exclusive container: core/quotas.py)."""
     if settings.cpu_manager.disable_cpu_quota_with_exclusive_cpus and not settings.reconcile.cgroup_writes:
         return ["cpu_manager.disable_cpu_quota_with_exclusive_cpus with reconcile.cgroup_writes = false: exclusive "
                 "containers run without their own CFS quota, but their pods' cgroups keep the kubelet's (only a "

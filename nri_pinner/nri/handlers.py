@@ -7,7 +7,7 @@ them) and mypy checks the plugin's signatures against them (``class P(CreateCont
 or ``handler: CreateContainerHandler = P()``).
 
 Handlers answer with typed replies and the stub builds the NRI response from them
-(:mod:`nri_pinner.nri.stub_replies`): :class:`CreateReply` for CreateContainer, :class:`UpdatesReply`
+(:mod:`nri_pinner.nri.stub.replies`): :class:`CreateReply` for CreateContainer, :class:`UpdatesReply`
 for Synchronize, UpdateContainer and StopContainer, each carrying :class:`CpusetUpdate` s. The raw
 response protos are still accepted, for adjustments the typed replies do not carry.
 

@@ -1,6 +1,6 @@
 """topology_manager.pod_level_resource_managers: the kubelet 1.36 alpha gate PodLevelResourceManagers.
-Off by default, as the kubelet. "on" is built for container scope (service/core/own_requests.py,
-tests/service/test_pod_level_container_scope.py) and for pod scope (service/core/pod_scope_blocks.py,
+Off by default, as the kubelet. "on" is built for container scope (core/own_requests.py,
+tests/service/test_pod_level_container_scope.py) and for pod scope (core/pod_scope_blocks.py,
 tests/service/test_pod_level_pod_scope.py)."""
 
 from __future__ import annotations

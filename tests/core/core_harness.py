@@ -22,18 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from nri_pinner.config import Settings, from_mapping
+from nri_pinner.core import events as ev
+from nri_pinner.core.checkpoint import Snapshot
+from nri_pinner.core.effects import ArmTimer, Effect, Expedite, Park, Resolve, WriteCgroups, WriteCheckpoint
+from nri_pinner.core.node import NodeCore, Outcome
+from nri_pinner.edge.app import build_engine
+from nri_pinner.edge.observe.metrics import Metrics
+from nri_pinner.edge.observe.status_server import status_document
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.model import Topology
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import CpusetUpdate, CreateReply, UpdatesReply
-from nri_pinner.service.app import build_engine
-from nri_pinner.service.core import events as ev
-from nri_pinner.service.core.checkpoint import Snapshot
-from nri_pinner.service.core.effects import ArmTimer, Effect, Expedite, Park, Resolve, WriteCgroups, WriteCheckpoint
-from nri_pinner.service.core.node import NodeCore, Outcome
-from nri_pinner.service.metrics import Metrics
-from nri_pinner.service.status_server import status_document
 from testkit.pod_builders import PERIOD, container, exited, kubelet_container, mems_for, pod, resize_request
 
 __all__ = ["PERIOD", "container", "exited", "kubelet_container", "mems_for", "pod"]
@@ -130,6 +130,7 @@ class Edge:
 
     core: NodeCore
     topology: Topology
+    metrics: Metrics  # the core's counters (it names them only as `Counters`)
     armed: dict[str, float] = field(default_factory=dict)
     in_flight: list[WriteCgroups] = field(default_factory=list)
     history: list[WriteCgroups] = field(default_factory=list)  # every pass the core dispatched
@@ -257,7 +258,7 @@ class Edge:
         return {a["container_id"]: a for a in self.document()["assignments"]}
 
     def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float:
-        value = self.core.metrics.registry.get_sample_value(name, dict(labels or {}))
+        value = self.metrics.registry.get_sample_value(name, dict(labels or {}))
         return 0.0 if value is None else float(value)
 
 
@@ -270,7 +271,8 @@ def make_core(settings: Settings | None = None, *, cgroup_writes: bool = True,
     settings = settings or make_settings()
     topology = discover(settings.sysfs_root)
     engine, _nics = build_engine(settings, topology)
-    edge = Edge(NodeCore(settings, engine, Metrics(), prior=prior, cgroup_writes=cgroup_writes), topology)
+    metrics = Metrics()
+    edge = Edge(NodeCore(settings, engine, metrics, prior=prior, cgroup_writes=cgroup_writes), topology, metrics)
     edge.handle(ev.Configured(request_timeout_ms))
     if synchronized:
         out = edge.handle(ev.Synchronize([], []))

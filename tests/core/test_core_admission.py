@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from core_harness import DUAL_SOCKET, container, cpus_of, create, make_core, make_settings, mems_for, pod, updates_of
 
+from nri_pinner.core import events as ev
+from nri_pinner.core.effects import Refusal
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.handlers import CpusetUpdate, CreateReply, UpdatesReply
-from nri_pinner.service.core import events as ev
-from nri_pinner.service.core.effects import Refusal
 
 
 def test_guaranteed_gets_exclusive_cpus_and_shared_containers_shrink_in_the_same_reply() -> None:

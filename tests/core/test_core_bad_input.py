@@ -12,9 +12,9 @@ import pytest
 import structlog.testing
 from core_harness import container, cpus_of, create, make_core, mems_for, pod
 
+from nri_pinner.core.effects import Refusal
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.core.effects import Refusal
 
 GOLD = pod("gold")
 GOLD_CPUS = CPUSet.parse("2,8")  # one core of socket 0

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from core_harness import container, cpus_of, create, make_core, mems_for, park_token, passes, pod, timers, updates_of
 
+from nri_pinner.core import events as ev
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import CpusetUpdate
-from nri_pinner.service.core import events as ev
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 B, LATE = container(BPOD, "app", 100), container(BPOD, "late", 100)

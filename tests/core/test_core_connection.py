@@ -17,10 +17,10 @@ from core_harness import (
     updates_of,
 )
 
+from nri_pinner.core import events as ev
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import CpusetUpdate, CreateReply, UpdatesReply
-from nri_pinner.service.core import events as ev
 
 BPOD, GPOD, XPOD = pod("burst", "burstable"), pod("gold"), pod("extra", "besteffort")
 B = container(BPOD, "app", 500, 1000, cpus="0-11", mems="0,1")

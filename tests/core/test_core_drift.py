@@ -19,11 +19,11 @@ from core_harness import (
     updates_of,
 )
 
+from nri_pinner.core import events as ev
+from nri_pinner.core.repairs import Drift, DriftProbe
 from nri_pinner.engine.cpuset import EMPTY, CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import CpusetUpdate
-from nri_pinner.service.core import events as ev
-from nri_pinner.service.core.repairs import Drift, DriftProbe
 
 BPOD, GPOD, G2POD, XPOD = pod("burst", "burstable"), pod("gold"), pod("gold2"), pod("extra", "besteffort")
 B = container(BPOD, "app", 500, 1000)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from core_harness import container, create, make_core, make_settings, of_type, pod
 
+from nri_pinner.core.effects import Refusal, SettleWhenIdle
 from nri_pinner.engine.topologymanager.explain import HintSummaries
-from nri_pinner.service.core.effects import Refusal, SettleWhenIdle
 
 
 def test_each_admission_hands_its_unformatted_summaries_to_the_edge_once() -> None:

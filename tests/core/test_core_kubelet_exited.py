@@ -14,11 +14,11 @@ import json
 
 from core_harness import Edge, cpus_of, create, exited, kubelet_container, make_core, pod, updates_of
 
+from nri_pinner.core import events as ev
+from nri_pinner.core.effects import ListPodResources
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import UpdatesReply
-from nri_pinner.service.core import events as ev
-from nri_pinner.service.core.effects import ListPodResources
 
 
 def shared_desired(e: Edge) -> dict[str, CPUSet]:
@@ -221,7 +221,7 @@ def test_bad_noderesource_annotation_is_logged_and_the_values_inferred() -> None
 
 
 def test_noderesource_values_and_errors_from_the_intent() -> None:
-    from nri_pinner.service.core.intent import intent_from_nri
+    from nri_pinner.core.intent import intent_from_nri
 
     gpod = annotated(pod("gold", "burstable"), {
         "initContainers": {"setup": {"requests": {"cpu": "250m"}}},

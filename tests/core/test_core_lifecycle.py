@@ -21,9 +21,9 @@ from core_harness import (
     updates_of,
 )
 
+from nri_pinner.core import events as ev
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.handlers import CpusetUpdate, CreateReply, UpdatesReply
-from nri_pinner.service.core import events as ev
 
 BPOD, GPOD, G2POD, XPOD = pod("burst", "burstable"), pod("gold"), pod("gold2"), pod("extra", "besteffort")
 B = container(BPOD, "app", 500, 1000)
@@ -146,8 +146,8 @@ def test_start_whose_pass_is_late_is_answered_at_the_wait_limit() -> None:
     token = park_token(e.handle(ev.StartContainer(G.id)).reply)
     out = e.fire(f"wait:{token}")
     assert resolved(out) == {token: None}
-    assert e.core.metrics.registry.get_sample_value("nri_pinner_late_handler_replies_total",
-                                                    {"method": "StartContainer"}) == 1
+    assert e.metrics.registry.get_sample_value("nri_pinner_late_handler_replies_total",
+                                               {"method": "StartContainer"}) == 1
     e.write()  # the pass still comes back: nothing is answered twice (Edge checks)
 
 

@@ -21,10 +21,10 @@ from core_harness import (
     updates_of,
 )
 
+from nri_pinner.core import events as ev
+from nri_pinner.core.effects import Refusal
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.handlers import CpusetUpdate, CreateReply
-from nri_pinner.service.core import events as ev
-from nri_pinner.service.core.effects import Refusal
 
 BPOD, GPOD, XPOD = pod("burst", "burstable"), pod("gold"), pod("extra", "besteffort")
 B = container(BPOD, "app", 500, 1000)

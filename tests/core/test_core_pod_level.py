@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 from core_harness import Edge, create, make_core, make_settings, updates_of
 
+from nri_pinner.core import events as ev
+from nri_pinner.core.quotas import CHECK_TIMER
+from nri_pinner.core.reply_updates import view_update
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import CreateReply, UpdatesReply
-from nri_pinner.service.core import events as ev
-from nri_pinner.service.core.quotas import CHECK_TIMER
-from nri_pinner.service.core.reply_updates import view_update
 from testkit.pod_builders import nri_container_from_cri, nri_pod_from_cri, resize_request
 from tests.e2e import kubelet_model as km
 from tests.e2e import kubelet_pod as kp

@@ -8,9 +8,9 @@ from typing import Any
 
 from core_harness import Edge, container, cpus_of, create, make_core, pod
 
+from nri_pinner.core import events as ev
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.handlers import UpdatesReply
-from nri_pinner.service.core import events as ev
 
 CHECKPOINT: dict[str, Any] = {
     "policy": "static", "reserved": "0", "shared": "0-1,3-7,9-11",

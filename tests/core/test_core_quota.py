@@ -22,12 +22,12 @@ from core_harness import (
     updates_of,
 )
 
+from nri_pinner.core import events as ev
+from nri_pinner.core.quotas import CHECK_TIMER, RECHECK_SECONDS, RESIZE_TIMER, pod_cgroup
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import CreateReply, UpdatesReply
-from nri_pinner.nri.stub_replies import create_response, response
-from nri_pinner.service.core import events as ev
-from nri_pinner.service.core.quotas import CHECK_TIMER, RECHECK_SECONDS, RESIZE_TIMER, pod_cgroup
+from nri_pinner.nri.stub.replies import create_response, response
 
 BPOD, GPOD, PLAIN = pod("burst", "burstable"), pod("gold"), pod("plain", "plain")
 B = container(BPOD, "app", 500, 1000)  # Burstable, a quota: shared, keeps it

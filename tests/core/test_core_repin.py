@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from core_harness import Edge, container, cpus_of, create, make_core, mems_for, pod, updates_of
 
+from nri_pinner.core import events as ev
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import CpusetUpdate, UpdatesReply
-from nri_pinner.service.core import events as ev
 
 BIG, FILLER, WAIT = pod("big"), pod("filler"), pod("wait")
 

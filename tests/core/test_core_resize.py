@@ -18,12 +18,12 @@ from core_harness import (
     updates_of,
 )
 
+from nri_pinner.core import events as ev
+from nri_pinner.core.effects import PassItem, Refusal, WriteCheckpoint
+from nri_pinner.core.passes import widens_only
+from nri_pinner.core.quotas import RESIZE_TIMER
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.handlers import CpusetUpdate, UpdatesReply
-from nri_pinner.service.core import events as ev
-from nri_pinner.service.core.effects import PassItem, Refusal, WriteCheckpoint
-from nri_pinner.service.core.passes import widens_only
-from nri_pinner.service.core.quotas import RESIZE_TIMER
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 B = container(BPOD, "app", 500, 1000)

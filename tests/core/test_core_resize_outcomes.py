@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from core_harness import Edge, container, make_core, pod, resize, updates_of
 
+from nri_pinner.cli.status import render_status
+from nri_pinner.core import events as ev
+from nri_pinner.core.effects import Park, Refusal
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.inspect_cli import render_status
-from nri_pinner.service.core import events as ev
-from nri_pinner.service.core.effects import Park, Refusal
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 B = container(BPOD, "app", 100)

@@ -13,11 +13,11 @@ import structlog.testing
 from core_harness import Edge, container, cpus_of, create, make_core, make_settings, mems_for, pod, updates_of
 
 from nri_pinner.config import Settings
+from nri_pinner.core import events as ev
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import CpusetUpdate
-from nri_pinner.service.core import events as ev
 
 GOLD, BURST = pod("gold"), pod("burst", "burstable")
 ONLINE = CPUSet.parse("0-11")

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from core_harness import Edge, container, create, make_core, make_settings, of_type, passes, pod
 
+from nri_pinner.core import events as ev
+from nri_pinner.core.effects import Park, SyncRecords
+from nri_pinner.core.node import Outcome
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import CreateReply, UpdatesReply
-from nri_pinner.service.core import events as ev
-from nri_pinner.service.core.effects import Park, SyncRecords
-from nri_pinner.service.core.node import Outcome
 
 BPOD, GPOD, HPOD = pod("burst", "burstable"), pod("gold"), pod("gold2")
 B = container(BPOD, "app", 500, 1000)

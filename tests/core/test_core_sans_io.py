@@ -11,8 +11,8 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-CORE = REPO / "nri_pinner" / "service" / "core"
-PACKAGE = "nri_pinner.service.core"
+CORE = REPO / "nri_pinner" / "core"
+PACKAGE = "nri_pinner.core"
 
 # nothing the core or anything it imports may import: sockets, threads, processes, event loops, RPC
 NEVER = {"socket", "threading", "_thread", "subprocess", "multiprocessing", "asyncio", "selectors", "concurrent",
@@ -20,9 +20,10 @@ NEVER = {"socket", "threading", "_thread", "subprocess", "multiprocessing", "asy
 # and the core itself touches no file, device or process state either (structlog logging is allowed)
 NOT_IN_CORE = NEVER | {"os", "io", "pathlib", "shutil", "tempfile", "signal", "fcntl", "mmap", "ctypes", "tomllib",
                        "prometheus_client", "urllib", "http"}
-# the rooms of nri_pinner the core may reach (the edge — plugin, writers, metrics — it may only name for types)
+# the rooms of nri_pinner the core may reach at run time (the edge and the CLI not even for types:
+# tests/layout/test_layout.py)
 ALLOWED_OWN = ("nri_pinner.engine", "nri_pinner.config", "nri_pinner.nri.handlers", "nri_pinner.nri.gen",
-               "nri_pinner.service.core")
+               "nri_pinner.core")
 
 
 def module_path(name: str) -> Path | None:
@@ -135,7 +136,7 @@ from nri_pinner.config import from_mapping
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.metrics import Metrics
+from nri_pinner.edge.observe.metrics import Metrics
 
 # the edge's part, before the guard: settings, sysfs, the engine, the metrics registry
 settings = from_mapping({
@@ -144,7 +145,7 @@ settings = from_mapping({
     "reconcile": {"period_seconds": 0, "cri_socket": "", "cgroup_root": "/nonexistent/cgroup"}}, "<core test>")
 engine = Engine.from_settings(settings, discover(settings.sysfs_root), [], memory=None)
 metrics = Metrics()
-assert not any(m.startswith("nri_pinner.service.core") for m in sys.modules), "core imported before the guard"
+assert not any(m.startswith("nri_pinner.core") for m in sys.modules), "core imported before the guard"
 
 def refuse(what):
     def refused(*args, **kwargs):
@@ -169,9 +170,9 @@ time.sleep = refuse("sleep")
 for name in ("system", "popen", "fork", "write"):
     setattr(os, name, refuse(f"os.{name}"))
 
-from nri_pinner.service.core import events as ev
-from nri_pinner.service.core.effects import ArmTimer, Park, WriteCgroups
-from nri_pinner.service.core.node import NodeCore
+from nri_pinner.core import events as ev
+from nri_pinner.core.effects import ArmTimer, Park, WriteCgroups
+from nri_pinner.core.node import NodeCore
 
 core = NodeCore(settings, engine, metrics, prior=None, cgroup_writes=True)
 timers, flight = set(), []

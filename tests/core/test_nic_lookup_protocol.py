@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from nri_pinner.service.nic_lookup_protocol import (
+from nri_pinner.edge.nic_lookup.netns import LinkDevice
+from nri_pinner.edge.nic_lookup.protocol import (
     HEADER,
     MAX_REPLY,
     MAX_REQUEST,
@@ -20,7 +21,6 @@ from nri_pinner.service.nic_lookup_protocol import (
     encode_request,
     frame_length,
 )
-from nri_pinner.service.nic_netns import LinkDevice
 
 
 def payload(framed: bytes) -> bytes:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from jeepney import HeaderFields, MessageType, Parser, new_error, new_method_return
 
-from nri_pinner.cli import main
-from nri_pinner.enable_nri import NRI
+from nri_pinner.cli.enable_nri import NRI
+from nri_pinner.cli.main import main
 
 if TYPE_CHECKING:  # mypy sees tests/ as a namespace package; pytest imports the harness as `e2e`
     from tests.e2e.host_cleanup import RuntimeMissing, find_runtime

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_pinner.cli import main
-from nri_pinner.install import SIGNATURE, HostPaths, install, launcher_text, running_instances
+from nri_pinner.cli.install import SIGNATURE, HostPaths, install, launcher_text, running_instances
+from nri_pinner.cli.main import main
 
 PYTHON = sys.executable
 

@@ -23,8 +23,8 @@ from k8s_manifests import (  # noqa: E402  (after the importorskip above)
     render,
 )
 
-from nri_pinner.cli import build_parser  # noqa: E402
-from nri_pinner.enable_nri import DEFAULT_SOCKET  # noqa: E402
+from nri_pinner.cli.enable_nri import DEFAULT_SOCKET  # noqa: E402
+from nri_pinner.cli.main import build_parser  # noqa: E402
 
 ENABLE_NRI = KUBE_DIR / "components" / "enable-nri"
 GROUP = KUBE_DIR / "overlays" / "general"

@@ -36,7 +36,7 @@ from k8s_manifests import (  # noqa: E402  (after the importorskip above)
 )
 
 from nri_pinner import __version__  # noqa: E402
-from nri_pinner.install import DEPLOYMENT_ENV  # noqa: E402
+from nri_pinner.cli.install import DEPLOYMENT_ENV  # noqa: E402
 
 OVERLAYS = sorted(p.parent for p in (KUBE_DIR / "overlays").glob("*/kustomization.yaml"))
 NODE_GROUPS = [d for d in OVERLAYS if (d / "config.toml").exists()]

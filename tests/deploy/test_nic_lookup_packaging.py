@@ -21,7 +21,7 @@ yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse the manifes
 from k8s_manifests import BASE, KUBE_DIR, kustomization, pod_spec, render_text  # noqa: E402
 from test_k8s_manifests import DEPLOYABLE, ids, validate  # noqa: E402
 
-from nri_pinner.service.nic_lookup_client import DEFAULT_SOCKET  # noqa: E402
+from nri_pinner.edge.nic_lookup.client import DEFAULT_SOCKET  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "nri-pinner-nic-lookup.service"

@@ -1,4 +1,4 @@
-"""The node-wide lock `run` takes for its runtime (nri_pinner/service/instance_lock.py) is writable in every
+"""The node-wide lock `run` takes for its runtime (nri_pinner/edge/instance_lock.py) is writable in every
 deployment mode and survives another instance's refusal: the unit's RuntimeDirectory (kept across stops) and
 the DaemonSet's hostPath; a pre-installed plugin is root in the host's /run."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nri_pinner.config import NRISettings
-from nri_pinner.service.instance_lock import RUN_DIR, runtime_lock_path
+from nri_pinner.edge.instance_lock import RUN_DIR, runtime_lock_path
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "nri-pinner.service"
@@ -45,7 +45,7 @@ def test_readme_says_run_refuses_a_second_instance_on_the_same_runtime() -> None
 
 
 def test_the_man_page_names_the_run_time_files_where_they_are() -> None:
-    from nri_pinner.clidoc import man_page
+    from nri_pinner.cli.doc import man_page
     from nri_pinner.config import InspectSettings
 
     page = man_page().replace("\\-", "-")

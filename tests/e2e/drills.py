@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nri_pinner.edge.checkpoint import file as checkpoint_file
+from nri_pinner.edge.observe.status_server import query
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service import checkpoint_file
-from nri_pinner.service.status_server import query
 
 from .harness import PodHandle, PrivateContainerd
 from .pinner import Pinner, start_pinner, wait_for

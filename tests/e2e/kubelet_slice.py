@@ -31,7 +31,7 @@ at 018211b5, runc v1.1, and opencontainers/cgroups systemd/ at 0080fa4a, what ku
   then cpu.max. (v1.32's cgroup_v2_manager_linux.go setCgroupCPUConfig wrote cpu.max alone, telling
   systemd nothing; the v1.33+ path is the one that also changes what systemd holds.)
 
-The D-Bus transport is the plugin's own wire client (nri_pinner.service.systemd_units.SystemdUnits on
+The D-Bus transport is the plugin's own wire client (nri_pinner.edge.cgroups.systemd_units.SystemdUnits on
 systemd's private socket, proven in the guest by part 20); what is sent is the kubelet's.
 """
 
@@ -47,7 +47,7 @@ from typing import Any
 
 from jeepney import Message, new_method_call
 
-from nri_pinner.service.systemd_units import SYSTEMD, USEC_INFINITY, SystemdUnits
+from nri_pinner.edge.cgroups.systemd_units import SYSTEMD, USEC_INFINITY, SystemdUnits
 
 from . import node_env
 from .kubelet_model import MAX_SHARES, MIN_SHARES

@@ -135,7 +135,7 @@ def preinstalled(runtime: PrivateContainerd, monkeypatch: pytest.MonkeyPatch) ->
     """nri-pinner installed into the private containerd's plugin_path (`nri-pinner install`) and
     launched by containerd on a restart; afterwards uninstalled, and containerd restarted (it kills
     its pre-installed plugins when it stops)."""
-    from nri_pinner.install import install
+    from nri_pinner.cli.install import install
 
     state = Path(tempfile.mkdtemp(prefix="pinner-pre-", dir="/tmp"))
     config = state / "config.toml"

@@ -1,6 +1,6 @@
 """What containers/nri-plugins' resource annotator puts on a pod: `noderesource.dev/resources`, each
 container's spec.resources as written (quantities as strings). A model of that webhook for the tests
-that feed nri-pinner a container's own requests (service/core/own_requests.py)."""
+that feed nri-pinner a container's own requests (core/own_requests.py)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from jeepney import HeaderFields, Parser
 
-from nri_pinner.service.systemd_units import USEC_INFINITY, quota_per_sec
+from nri_pinner.edge.cgroups.systemd_units import USEC_INFINITY, quota_per_sec
 
 from . import kubelet_model as km
 from . import kubelet_slice as ks

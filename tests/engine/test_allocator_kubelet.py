@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from naive_alloc import details_of, naive_distributed, naive_packed
 
+from nri_pinner.cli.simulate import run_scenario_file
 from nri_pinner.engine.cpumanager.allocator import (
     take_by_topology,
     take_by_topology_numa_distributed,
@@ -29,7 +30,6 @@ from nri_pinner.engine.cpumanager.allocator import (
 from nri_pinner.engine.cpumanager.distributed import _go_combinations
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.model import CPUInfo, Topology
-from nri_pinner.simulate import run_scenario_file
 
 S = CPUSet.parse
 

@@ -18,6 +18,7 @@ from policy_helpers import S, policy
 from test_allocator_kubelet import PROPS, requests
 from test_static_policy_uncore_134 import CASES_131850, IDS, ODD_MONO, SMALL, Case, admit, one_l3_four_numa
 
+from nri_pinner.cli.simulate import run_scenario_file
 from nri_pinner.engine.cpumanager.allocator import take_by_topology_uncore
 from nri_pinner.engine.cpumanager.options import StaticPolicyOptions
 from nri_pinner.engine.cpumanager.releases import (
@@ -30,7 +31,6 @@ from nri_pinner.engine.cpumanager.releases import (
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.errors import PolicyOptionError
 from nri_pinner.engine.topology.model import Topology
-from nri_pinner.simulate import run_scenario_file
 
 SINCE_134 = [r for r in KUBELET_RELEASES if follows(r, PARTIAL_UNCORE_ODD_SMT)]
 BEFORE_134 = [r for r in KUBELET_RELEASES if not follows(r, PARTIAL_UNCORE_ODD_SMT)]

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from nri_pinner.cli import main
+from nri_pinner.cli.main import main
+from nri_pinner.cli.simulate import load_engine
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.cpuset import EMPTY, CPUSet
-from nri_pinner.simulate import load_engine
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from nri_pinner.simulate import run_scenario_file
+from nri_pinner.cli.simulate import run_scenario_file
 
 GB = 1 << 30
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from nri_pinner.cli import main
+from nri_pinner.cli.main import main
 from nri_pinner.engine.cpuset import CPUSet
 
 # 2 sockets x 2 cores x 2 threads; socket = NUMA node; core c holds CPUs c and c+4

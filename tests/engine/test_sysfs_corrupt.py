@@ -15,7 +15,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_pinner.cli import main
+from nri_pinner.cli.main import main
 from nri_pinner.engine.topology.sysfs import SysfsError, discover_with_warnings
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "sysfs"

@@ -1,5 +1,13 @@
 """The package layout rules: every module imports on its own (no import circle), modules stay small,
-the engine's decision rooms do no I/O, and the wheel carries only what a node runs."""
+the rooms import only inward, the engine's decision rooms do no I/O, and the wheel carries only what a
+node runs.
+
+The rooms of nri_pinner, read as the pipeline: ``nri/`` the wire (NRI messages, the ttrpc codec, the
+plugin stub); ``engine/`` the pure allocation policy; ``core/`` the node core (the one owner of node
+state: events in, a reply and effects out); ``edge/`` the I/O around it (cgroups, checkpoint, clients,
+NIC lookup, watch, observe, and the service that wires them); ``cli/`` the command line; ``config/``
+the settings every room reads. The rule: the engine never imports the core, the wire, the edge or the
+CLI; the core never imports the edge or the CLI — not even for types (``if TYPE_CHECKING:``)."""
 
 from __future__ import annotations
 
@@ -19,6 +27,11 @@ MAX_LINES = 400
 # Modules that may touch the filesystem, sockets or processes: discovery lives in topology/ only.
 PURE_ROOMS = ("cpumanager", "topologymanager", "devicemanager", "memorymanager", "nicmanager")
 IO_MODULES = {"os", "io", "socket", "subprocess", "pathlib", "shutil", "tempfile", "glob"}
+# room -> the rooms its modules never import (at run time or for types)
+NEVER_IMPORTS = {
+    "engine": ("nri_pinner.core", "nri_pinner.nri", "nri_pinner.edge", "nri_pinner.cli"),
+    "core": ("nri_pinner.edge", "nri_pinner.cli"),
+}
 
 
 def _modules() -> list[str]:
@@ -52,6 +65,36 @@ def test_modules_stay_small() -> None:
         if lines > MAX_LINES:
             big[str(path.relative_to(REPO))] = lines
     assert not big, f"modules over {MAX_LINES} lines: {big}"
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module ``path`` names in an import (``if TYPE_CHECKING:`` and function bodies included),
+    relative imports resolved; ``from X import y`` names both ``X`` and ``X.y`` (y may be a module)."""
+    rel = path.relative_to(REPO).with_suffix("")
+    package = ".".join(rel.parts if rel.name == "__init__" else rel.parts[:-1])
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return found
+
+
+def test_rooms_import_only_inward() -> None:
+    offenders = []
+    for room, forbidden in NEVER_IMPORTS.items():
+        for path in sorted((PACKAGE / room).rglob("*.py")):
+            for name in sorted(imported_names(path)):
+                if any(name == f or name.startswith(f + ".") for f in forbidden):
+                    offenders.append(f"{path.relative_to(REPO)}: {name}")
+    assert not offenders, "\n".join(offenders)
 
 
 @pytest.mark.parametrize("room", PURE_ROOMS)

@@ -18,7 +18,7 @@ import vectors as v
 from nri_pinner.nri import codec
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub import Stub
-from nri_pinner.nri.stub_wire import UNIMPLEMENTED, TtrpcStatusError
+from nri_pinner.nri.stub.wire import UNIMPLEMENTED, TtrpcStatusError
 from testkit.fake_runtime import (
     CONTAINERD_1_7_24,
     CONTAINERD_2_1_9,

@@ -19,7 +19,7 @@ from examples.logger import EventLogger
 from examples.pin_fixed import FixedPinner
 from nri_pinner.nri import handlers as h
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub_handlers import (
+from nri_pinner.nri.stub.handlers import (
     ADJUSTING_EVENTS,
     GENERIC_STATE_HANDLER,
     STATE_EVENTS,
@@ -27,13 +27,7 @@ from nri_pinner.nri.stub_handlers import (
     handled_events,
     state_handler,
 )
-from nri_pinner.nri.stub_replies import (
-    WrongReplyType,
-    container_update,
-    create_response,
-    response,
-    synchronize_updates,
-)
+from nri_pinner.nri.stub.replies import WrongReplyType, container_update, create_response, response, synchronize_updates
 
 # ----------------------------------------------------------------------------- discovery
 

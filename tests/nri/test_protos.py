@@ -14,11 +14,11 @@ from nri_pinner.nri.gen import api_pb2, request_pb2
 
 REPO = Path(__file__).resolve().parents[2]
 GEN = REPO / "nri_pinner" / "nri" / "gen"
-SERVICE_GEN = REPO / "nri_pinner" / "service" / "gen"
+EDGE_GEN = REPO / "nri_pinner" / "edge" / "gen"
 PINNED = {"grpcio-tools": "1.85.1", "protobuf": "7.36.2"}  # must match scripts/gen_protos.py
 
 
-@pytest.mark.parametrize(("group", "committed_dir"), [("nri", GEN), ("service", SERVICE_GEN)])
+@pytest.mark.parametrize(("group", "committed_dir"), [("nri", GEN), ("edge", EDGE_GEN)])
 def test_generated_code_is_fresh(tmp_path: Path, group: str, committed_dir: Path) -> None:
     installed = {name: importlib.metadata.version(name) for name in PINNED}
     if installed != PINNED:

@@ -12,8 +12,8 @@ from stub_test_helpers import containers, make_stub, pods
 
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import CpusetUpdate, CreateReply, Deferred, UpdatesReply
-from nri_pinner.nri.stub_handlers import HandlerThread, HandlerTimeout, call_with_budget
-from nri_pinner.nri.stub_wire import UNKNOWN, TtrpcStatusError
+from nri_pinner.nri.stub.handlers import HandlerThread, HandlerTimeout, call_with_budget
+from nri_pinner.nri.stub.wire import UNKNOWN, TtrpcStatusError
 from testkit.fake_runtime import CONTAINERD_2_1_9, CONTAINERD_2_3_0, FakeRuntime, running_stub
 
 WAIT = 5.0  # upper bound for an event that should come at once; never slept

@@ -20,7 +20,7 @@ from stub_test_helpers import (
 from nri_pinner.nri import codec
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub import PluginConnectionLost, Stub
-from nri_pinner.nri.stub_wire import UNKNOWN, TtrpcStatusError
+from nri_pinner.nri.stub.wire import UNKNOWN, TtrpcStatusError
 from testkit.fake_runtime import (
     CONTAINERD_1_7_24,
     CONTAINERD_2_1_9,

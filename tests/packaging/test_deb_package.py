@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from nri_pinner import __version__
-from nri_pinner.clidoc import man_page
+from nri_pinner.cli.doc import man_page
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "nri-pinner.service"
@@ -151,7 +151,7 @@ def test_package_metadata_and_contents(deb: Path) -> None:
                  "./usr/share/man/man1/nri-pinner.1.gz", "./usr/share/doc/nri-pinner/changelog.gz",
                  "./usr/share/doc/nri-pinner/copyright", "./usr/share/bash-completion/completions/nri-pinner",
                  "./usr/share/zsh/vendor-completions/_nri-pinner", f".{VENV}/pyvenv.cfg", f".{VENV}/bin/nri-pinner",
-                 f".{VENV}/lib/python{PYVER}/site-packages/nri_pinner/cli.py"):
+                 f".{VENV}/lib/python{PYVER}/site-packages/nri_pinner/cli/main.py"):
         assert path in listing, path
     assert "/grpc/_cython/cygrpc.cpython-" in listing
     assert ".pyc" not in listing and "/wheels/" not in listing  # compiled on the node; nothing built there
@@ -191,7 +191,7 @@ def test_installed_venv_is_owned_by_dpkg_and_runs(installed_root: Path) -> None:
     verify = chroot(installed_root, "dpkg", "-V", "nri-pinner")
     assert (verify.returncode, verify.stdout) == (0, "")
     # Byte-compiled by postinst, and the .pyc are used (hash-checked against the unpacked sources).
-    assert list((installed_root / VENV.lstrip("/")).rglob("nri_pinner/__pycache__/cli.*.pyc"))
+    assert list((installed_root / VENV.lstrip("/")).rglob("nri_pinner/cli/__pycache__/main.*.pyc"))
     assert chroot(installed_root, f"{VENV}/bin/python", "-c", "import pip").returncode != 0
     man = chroot(installed_root, "zcat", "/usr/share/man/man1/nri-pinner.1.gz")
     assert "config \\-\\-check" in man.stdout and ".SH EXIT STATUS" in man.stdout
@@ -333,7 +333,7 @@ def test_upgrade_between_two_builds_of_this_scheme(installed_root: Path, deb: Pa
     assert (root / WANTS).is_symlink()
     verify = chroot(root, "dpkg", "-V", "nri-pinner")
     assert (verify.returncode, verify.stdout) == (0, "")
-    assert list((root / VENV.lstrip("/")).rglob("nri_pinner/__pycache__/cli.*.pyc"))  # recompiled
+    assert list((root / VENV.lstrip("/")).rglob("nri_pinner/cli/__pycache__/main.*.pyc"))  # recompiled
     dpkg(root, "-P", "nri-pinner")
     assert not (root / WANTS).is_symlink() and not (root / "usr/lib/nri-pinner").exists()
 

@@ -58,8 +58,8 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.slow,
     pytest.mark.skipif(
-        importlib.util.find_spec("nri_pinner.service.app") is None,
-        reason="nri_pinner.service.app (the `nri-pinner run` daemon) is not written yet",
+        importlib.util.find_spec("nri_pinner.edge.app") is None,
+        reason="nri_pinner.edge.app (the `nri-pinner run` daemon) is not written yet",
     ),
 ]
 

@@ -51,7 +51,7 @@ from test_image_e2e import (
     security_context,
 )
 
-from nri_pinner.service.nic_lookup_client import DEFAULT_SOCKET, SOCKET_ENV
+from nri_pinner.edge.nic_lookup.client import DEFAULT_SOCKET, SOCKET_ENV
 
 COMPONENT = KUBE_DIR / "components" / "nic-lookup"
 NETNS_DIR = Path("/var/run/netns")
@@ -64,7 +64,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 # Run in the plugin container: its own setns (expected EPERM), then NetnsReader() as the plugin builds it.
 PROBE = """
 import ctypes, errno, json, os, sys
-from nri_pinner.service.nic_lookup_client import NetnsReader
+from nri_pinner.edge.nic_lookup.client import NetnsReader
 libc = ctypes.CDLL(None, use_errno=True)
 fd = os.open("/proc/self/ns/net", os.O_RDONLY)
 rc = libc.setns(fd, 0x40000000)

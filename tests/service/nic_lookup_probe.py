@@ -17,10 +17,10 @@ import threading
 import time
 from typing import Any
 
+from nri_pinner.edge.nic_lookup.client import NetnsReader
+from nri_pinner.edge.nic_lookup.lookup import NicLookup
+from nri_pinner.edge.nic_lookup.netns import NicLink, read_links
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.nic_lookup import NicLookup
-from nri_pinner.service.nic_lookup_client import NetnsReader
-from nri_pinner.service.nic_netns import NicLink, read_links
 
 
 def caps() -> str:

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from nri_pinner.config import Settings, from_mapping
+from nri_pinner.edge.app import Service, build_engine
+from nri_pinner.edge.checkpoint import file as checkpoint_file
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.topology.model import Topology
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service import checkpoint_file
-from nri_pinner.service.app import Service, build_engine
 from testkit.fake_runtime import CONTAINERD_1_7_24, FakeRuntime, PluginConnection, RuntimeProfile, running_stub
 from testkit.pod_builders import PERIOD, PLAIN_CONTAINERD_TYPE, container, exited, kubelet_container, mems_for, pod
 from testkit.pod_builders import create_request as create

@@ -18,14 +18,15 @@ import pytest
 from prometheus_client import generate_latest
 from svc_harness import Running, container, cpuset_updates, create, make_settings, mems_for, pod, running
 
+from nri_pinner.core import passes as core_passes
+from nri_pinner.core.events import CpusetsRead, DriftCheck
+from nri_pinner.core.passes import PassBook
+from nri_pinner.core.repairs import Drift, DriftProbe
+from nri_pinner.edge.app import Service
+from nri_pinner.edge.cgroups import cpuset_writer
+from nri_pinner.edge.cgroups import passes as cgroup_passes
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service import cgroup_passes, cpuset_writer
-from nri_pinner.service.app import Service
-from nri_pinner.service.core import passes as core_passes
-from nri_pinner.service.core.events import CpusetsRead, DriftCheck
-from nri_pinner.service.core.passes import PassBook
-from nri_pinner.service.core.repairs import Drift, DriftProbe
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 B, LATE = container(BPOD, "app", 100), container(BPOD, "late", 100)

@@ -1,4 +1,4 @@
-"""Direct cpuset writes (service/cpuset_writer.py).
+"""Direct cpuset writes (edge/cgroups/cpuset_writer.py).
 
 Two kinds of tree:
 - trees this test builds in tmp, in the layouts the kubelet makes for each cgroup driver on cgroup
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from nri_pinner.edge.cgroups import cpuset_writer
+from nri_pinner.edge.cgroups.cpuset_writer import CpusetWriter, unwritable
+from nri_pinner.edge.cgroups.paths import CgroupError
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service import cpuset_writer
-from nri_pinner.service.cgroup_paths import CgroupError
-from nri_pinner.service.cpuset_writer import CpusetWriter, unwritable
 
 UID, CID = "0f1e2d3c_4b5a", "c0ffee"
 

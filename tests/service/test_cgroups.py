@@ -2,14 +2,8 @@ from pathlib import Path
 
 import pytest
 
+from nri_pinner.edge.cgroups.paths import CgroupError, cpuset_dir, expand_systemd_slice, read_cpus, relative_cgroup_path
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service.cgroup_paths import (
-    CgroupError,
-    cpuset_dir,
-    expand_systemd_slice,
-    read_cpus,
-    relative_cgroup_path,
-)
 
 
 def test_systemd_slice_nesting() -> None:

@@ -2,7 +2,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from nri_pinner.service import checkpoint_file
+from nri_pinner.edge.checkpoint import file as checkpoint_file
 
 
 def test_round_trip(tmp_path: Path) -> None:

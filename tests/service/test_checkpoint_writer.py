@@ -1,4 +1,4 @@
-"""Checkpoint write-behind (service/checkpoint_writer.py): replies never wait for the disk, bursts
+"""Checkpoint write-behind (edge/checkpoint/writer.py): replies never wait for the disk, bursts
 coalesce to one write of the newest state, unchanged bodies are not rewritten."""
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from svc_harness import checkpoint_entries, container, create, make_settings, pod, running
 
+from nri_pinner.core.checkpoint import Snapshot
+from nri_pinner.edge.checkpoint import file as checkpoint_file
+from nri_pinner.edge.checkpoint import writer as checkpoint_writer
+from nri_pinner.edge.checkpoint.writer import CheckpointWriter
 from nri_pinner.engine.cpumanager.state import EngineState
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service import checkpoint_file, checkpoint_writer
-from nri_pinner.service.checkpoint_writer import CheckpointWriter
-from nri_pinner.service.core.checkpoint import Snapshot
 
 GPOD, BPOD = pod("gold"), pod("burst", "burstable")
 

@@ -2,8 +2,7 @@
 
 import pytest
 
-from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.core.intent import (
+from nri_pinner.core.intent import (
     BESTEFFORT,
     BURSTABLE,
     CONTAINER_TYPE_OVERRIDE,
@@ -15,6 +14,7 @@ from nri_pinner.service.core.intent import (
     quota_to_milli,
     shares_to_milli,
 )
+from nri_pinner.nri.gen import api_pb2 as api
 
 
 def make(parent: str, shares: int | None, quota: int | None = None, period: int | None = 100000,

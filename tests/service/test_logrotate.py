@@ -13,7 +13,7 @@ import pytest
 from run_process import REPO, start, terminate
 
 from nri_pinner.config import InspectSettings
-from nri_pinner.service.instance_lock import lock_path
+from nri_pinner.edge.instance_lock import lock_path
 
 SHIPPED = REPO / "packaging" / "deb" / "logrotate"
 LOG = "/var/log/nri-pinner.log"
@@ -24,7 +24,7 @@ def test_the_shipped_file_names_the_suggested_log_and_the_default_lock() -> None
     assert text.count(f"{LOG} {{") == 1
     assert f"lock={lock_path(InspectSettings().socket)}\n" in text
     assert "postrotate" in text and "systemctl kill --kill-whom=main --signal=HUP nri-pinner.service" in text
-    assert f'"{LOG}"' in (REPO / "nri_pinner" / "install.py").read_text()  # the path `install` suggests
+    assert f'"{LOG}"' in (REPO / "nri_pinner" / "cli" / "install.py").read_text()  # the path `install` suggests
     conffiles = (REPO / "packaging" / "deb" / "conffiles").read_text().split()
     assert "/etc/logrotate.d/nri-pinner" in conffiles
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from nri_pinner.edge.nic_lookup.lookup import CONCURRENT_LOOKUPS, NicLink, NicLookup
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.nic_lookup import CONCURRENT_LOOKUPS, NicLink, NicLookup
 
 
 def sandbox(i: int) -> api.PodSandbox:

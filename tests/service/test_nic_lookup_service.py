@@ -26,13 +26,13 @@ import pytest
 from nic_fixtures import PodNetns, fixture_sysfs, host_nic, host_pci_of, on_thread, unique
 from nic_privileges import CAP_SYS_ADMIN, CLONE_NEWNET, effective_caps, restricted, setpriv
 
+from nri_pinner.edge.nic_lookup import server as nic_lookup_server
+from nri_pinner.edge.nic_lookup.client import SOCKET_ENV, NetnsReader, ServiceUnavailable, ask
+from nri_pinner.edge.nic_lookup.lookup import LOOKUP_WAIT_SECONDS, NicLookup
+from nri_pinner.edge.nic_lookup.netns import LinkDevice, read_devices, read_links
+from nri_pinner.edge.nic_lookup.protocol import HEADER, MAX_REPLY, ServiceError, encode_request, frame_length
+from nri_pinner.edge.nic_lookup.server import MAX_LOOKUPS, LookupServer
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service import nic_lookup_server
-from nri_pinner.service.nic_lookup import LOOKUP_WAIT_SECONDS, NicLookup
-from nri_pinner.service.nic_lookup_client import SOCKET_ENV, NetnsReader, ServiceUnavailable, ask
-from nri_pinner.service.nic_lookup_protocol import HEADER, MAX_REPLY, ServiceError, encode_request, frame_length
-from nri_pinner.service.nic_lookup_server import MAX_LOOKUPS, LookupServer
-from nri_pinner.service.nic_netns import LinkDevice, read_devices, read_links
 
 if os.geteuid() != 0:
     pytest.skip("network namespaces and setpriv need root", allow_module_level=True)

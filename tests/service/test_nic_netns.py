@@ -16,8 +16,7 @@ from nic_fixtures import PodNetns, fixture_sysfs, host_nic, host_pci_of, on_thre
 from pyroute2 import IPRoute  # type: ignore[import-untyped]
 from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-untyped]
 
-from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.nic_lookup import (
+from nri_pinner.edge.nic_lookup.lookup import (
     NICS_ANNOTATION,
     NicLink,
     NicLookup,
@@ -26,6 +25,7 @@ from nri_pinner.service.nic_lookup import (
     pod_netns_path,
     read_links,
 )
+from nri_pinner.nri.gen import api_pb2 as api
 
 if os.geteuid() != 0:
     pytest.skip("network namespaces need root", allow_module_level=True)

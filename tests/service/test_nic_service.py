@@ -15,12 +15,12 @@ import pytest
 from nic_fixtures import PodNetns, fixture_sysfs, host_nic, host_pci_of
 from svc_harness import DUAL_SOCKET, container, create, document, make_settings, pod, running
 
+from nri_pinner.cli.status import render_status
+from nri_pinner.edge.app import Service, build_engine
+from nri_pinner.edge.nic_lookup.lookup import NICS_ANNOTATION
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.sysfs import discover
-from nri_pinner.inspect_cli import render_status
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.app import Service, build_engine
-from nri_pinner.service.nic_lookup import NICS_ANNOTATION
 
 if os.geteuid() != 0:
     pytest.skip("network namespaces need root", allow_module_level=True)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from nic_fixtures import fixture_sysfs
 
-from nri_pinner.cli import main
+from nri_pinner.cli.main import main
 
 TOPOLOGY = {"cpus": [{"cpu": c, "core": c, "socket": c // 4, "numa": c // 4, "l3": c // 4} for c in range(8)],
             "numa_distances": [[10, 21], [21, 10]]}

@@ -1,5 +1,5 @@
 """The kubelet 1.36 alpha gate PodLevelResourceManagers in topology-manager container scope (setting
-`topology_manager.pod_level_resource_managers`, service/core/own_requests.py, pod_level.py): in a
+`topology_manager.pod_level_resource_managers`, core/own_requests.py, pod_level.py): in a
 Guaranteed pod that sets spec.resources, a container whose own CPU and memory requests are set and
 equal to its own limits (cm/qos IsContainerEquivalentQOSGuaranteed, qos/helpers.go:27-43 at 5d7e2a39),
 CPU whole, is pinned from the node (cpumanager/policy_static.go guaranteedCPUs at 62c7eac0); the others
@@ -24,11 +24,11 @@ from svc_harness import PERIOD, assignments, cpuset_updates, make_settings, new_
 from test_cgroup_pool import start, written
 from test_pod_quota import cpu_dir, pod_quota
 
+from nri_pinner.core.intent import intent_from_nri
+from nri_pinner.edge.request_intake import memory_policy
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.core.intent import intent_from_nri
-from nri_pinner.service.request_intake import memory_policy
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, RuntimeProfile
 from testkit.pod_builders import nri_container_from_cri, nri_pod_from_cri
 from tests.e2e import kubelet_model as km

@@ -1,5 +1,5 @@
 """The kubelet 1.36 alpha gate PodLevelResourceManagers in topology-manager pod scope (setting
-`topology_manager.pod_level_resource_managers` with `scope = "pod"`; service/core/pod_scope_blocks.py,
+`topology_manager.pod_level_resource_managers` with `scope = "pod"`; core/pod_scope_blocks.py,
 engine/pod_level_admission.py): a Guaranteed pod with spec.resources whose whole spec the resource
 annotator copied (`noderesource.dev/resources`) gets one block of its spec.resources CPUs at its first
 container's create (topologymanager/scope_pod.go admitUsingPodResources at 1c9cf914,
@@ -21,7 +21,7 @@ from test_pod_level_container_scope import C1, C2, C3, C4, GiB, create_all, mess
 
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub_wire import TtrpcStatusError
+from nri_pinner.nri.stub.wire import TtrpcStatusError
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, RuntimeProfile
 from tests.e2e import kubelet_model as km
 from tests.e2e import kubelet_pod as kp

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from svc_harness import assignments, cpuset_updates, make_settings, running
 
+from nri_pinner.core.intent import IntentError, intent_from_nri
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.core.intent import IntentError, intent_from_nri
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, RuntimeProfile
 from testkit.pod_builders import nri_container_from_cri, nri_pod_from_cri
 from tests.e2e import kubelet_model as km

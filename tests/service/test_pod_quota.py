@@ -1,4 +1,4 @@
-"""Pods' cgroups without a CFS quota (service/quota_writer.py, core/quotas.py): the writer on cgroup trees
+"""Pods' cgroups without a CFS quota (edge/cgroups/quota_writer.py, core/quotas.py): the writer on cgroup trees
 built in tmp (v1 `cpu.cfs_quota_us`, v2 `cpu.max`, a systemd pod slice told through a stand-in bus), and
 the service through the real stub and the fake runtime: the create's adjustment and update replies as
 the runtime decodes them, the pod cgroup written by a pass and written again after a kubelet resize, and
@@ -15,13 +15,13 @@ from dbus_peer import DBusPeer
 from svc_harness import PERIOD, container, create, make_settings, pod, running
 from test_cgroup_pool import start, written
 
+from nri_pinner.core.effects import PodQuotaItem
+from nri_pinner.core.events import PodQuotaResult
+from nri_pinner.edge.cgroups import quota_writer
+from nri_pinner.edge.cgroups.cpuset_writer import WriteCounts
+from nri_pinner.edge.cgroups.quota_writer import PodQuotas
+from nri_pinner.edge.cgroups.systemd_units import USEC_INFINITY, SystemdUnits, quota_per_sec
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service import quota_writer
-from nri_pinner.service.core.effects import PodQuotaItem
-from nri_pinner.service.core.events import PodQuotaResult
-from nri_pinner.service.cpuset_writer import WriteCounts
-from nri_pinner.service.quota_writer import PodQuotas
-from nri_pinner.service.systemd_units import USEC_INFINITY, SystemdUnits, quota_per_sec
 from testkit.pod_builders import resize_request as resize
 
 GPOD, BPOD = pod("gold"), pod("burst", "burstable")

@@ -14,9 +14,9 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry, generate_latest
 
+from nri_pinner.edge.clients.podresources import PodResources, PodResourcesMetrics
 from nri_pinner.engine.devicemanager.hints import Device
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.podresources_client import PodResources, PodResourcesMetrics
 from testkit.fake_kubelet import FakeKubelet
 
 GPU = "nvidia.com/gpu"

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from svc_harness import DUAL_SOCKET, make_settings
 
+from nri_pinner.edge.clients.podresources import view_of
+from nri_pinner.edge.gen import podresources_pb2 as pr
 from nri_pinner.engine.admission import AdmissionRequest, Engine
 from nri_pinner.engine.devicemanager.hints import Device
 from nri_pinner.engine.devicemanager.podresources import (
@@ -25,8 +27,6 @@ from nri_pinner.engine.devicemanager.podresources import (
 )
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.engine.topologymanager.hints import HintRequest, TopologyHint, mask_of
-from nri_pinner.service.gen import podresources_pb2 as pr
-from nri_pinner.service.podresources_client import view_of
 from testkit.fake_kubelet import Devices, container_devices
 
 NODES = (0, 1)
@@ -164,8 +164,8 @@ def test_the_messages_carry_the_kubelets_field_numbers() -> None:
 
 
 def test_config_check_and_simulate_with_the_provider(tmp_path: Path) -> None:
+    from nri_pinner.cli.simulate import ScenarioError, load_engine
     from nri_pinner.config.validate import check_text
-    from nri_pinner.simulate import ScenarioError, load_engine
 
     text = f'sysfs_root = "{DUAL_SOCKET}"\n[hints]\nproviders = ["cpu", "devices", "podresources"]\n'
     assert check_text(text, "<t>").hints.providers == ("cpu", "devices", "podresources")  # host check passes

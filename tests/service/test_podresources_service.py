@@ -14,11 +14,11 @@ import pytest
 from prometheus_client import generate_latest
 from svc_harness import DUAL_SOCKET, container, copy_sysfs, create, make_settings, new_service, pod, running
 
+from nri_pinner.cli.status import render_status
+from nri_pinner.edge.app import Service
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.inspect_cli import render_status
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub_wire import TtrpcStatusError
-from nri_pinner.service.app import Service
+from nri_pinner.nri.stub.wire import TtrpcStatusError
 from testkit.fake_kubelet import FakeKubelet
 from testkit.fake_runtime import CONTAINERD_2_3_0
 from testkit.scripts import load_script

@@ -21,14 +21,14 @@ from dbus_peer import DBusPeer
 from svc_harness import container, cpuset_updates, create, make_settings, pod, running
 
 from nri_pinner.config import ConfigError, from_mapping
+from nri_pinner.core.effects import SliceItem
+from nri_pinner.core.qos_slices import qos_slice, slice_path
+from nri_pinner.edge.cgroups.cpuset_writer import CpusetWriter
+from nri_pinner.edge.cgroups.paths import relative_cgroup_path
+from nri_pinner.edge.cgroups.qos_slices import SlicePass, narrowing, qos_slices_apply, widening
+from nri_pinner.edge.cgroups.systemd_units import SystemdUnits, cpu_mask
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.cgroup_paths import relative_cgroup_path
-from nri_pinner.service.core.effects import SliceItem
-from nri_pinner.service.core.qos_slices import qos_slice, slice_path
-from nri_pinner.service.cpuset_writer import CpusetWriter
-from nri_pinner.service.qos_slices import SlicePass, narrowing, qos_slices_apply, widening
-from nri_pinner.service.systemd_units import SystemdUnits, cpu_mask
 from testkit.pod_builders import resize_request
 
 BURSTABLE, BESTEFFORT = "kubepods-burstable.slice", "kubepods-besteffort.slice"

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from nri_pinner.service.reconcile import Reconciler
+from nri_pinner.edge.watch.reconcile import Reconciler
 
 
 class Checks(Reconciler):

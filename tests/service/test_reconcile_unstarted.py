@@ -22,9 +22,9 @@ import structlog.testing
 from svc_harness import Running, container, create, make_settings, pod, running
 from test_service_reconcile import FakeCRI, serve_cri
 
+from nri_pinner.edge.gen import cri_repair_pb2 as cri
 from nri_pinner.engine.cpuset import EMPTY, CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.gen import cri_repair_pb2 as cri
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, RuntimeProfile
 
 PROFILES = [CONTAINERD_1_7_24, CONTAINERD_2_1_9]  # both repair through CRI

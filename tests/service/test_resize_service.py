@@ -33,15 +33,15 @@ from svc_harness import (
 )
 from test_cgroup_pool import held, start, written
 
+from nri_pinner.cli.status import render_status
+from nri_pinner.edge.app import Service
+from nri_pinner.edge.cgroups import cpuset_writer
+from nri_pinner.edge.request_intake import memory_policy
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.sysfs import discover
-from nri_pinner.inspect_cli import render_status
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub_wire import TtrpcStatusError
-from nri_pinner.service import cpuset_writer
-from nri_pinner.service.app import Service
-from nri_pinner.service.request_intake import memory_policy
+from nri_pinner.nri.stub.wire import TtrpcStatusError
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, CONTAINERD_2_3_0, RuntimeProfile
 from testkit.pod_builders import resize_request as resize
 from testkit.scripts import load_script

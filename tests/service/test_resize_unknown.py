@@ -20,7 +20,7 @@ import pytest
 from svc_harness import assignments, container, cpuset_updates, make_settings, running
 from test_resize_service import BPOD, GPOD, started
 
-from nri_pinner.service.core.rebuild import rebuild
+from nri_pinner.core.rebuild import rebuild
 from testkit.fake_runtime import CONTAINERD_2_1_9
 from testkit.pod_builders import resize_request as resize
 
@@ -37,7 +37,7 @@ async def test_an_unknown_container_over_budget_gets_the_shared_pool_and_is_adop
             time.sleep(1.0)  # a blocked adoption: past the budget, inside the runtime's timeout
             return rebuild(*args, **kwargs)
 
-        monkeypatch.setattr("nri_pinner.service.core.resizing.rebuild", slow)
+        monkeypatch.setattr("nri_pinner.core.resizing.rebuild", slow)
         stale = container(BPOD, "app", 100, cpus=str(r.topology.online))
         reply = await r.conn.update_container(resize(stale, BPOD, 200, 0))
         assert reply is not None and not r.conn.closed

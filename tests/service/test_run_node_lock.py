@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from run_process import Run, config_text, start_with
 
-from nri_pinner.service.instance_lock import RUN_DIR, runtime_lock_path
+from nri_pinner.edge.instance_lock import RUN_DIR, runtime_lock_path
 
 NOISE = ("Traceback", "Event loop is closed", "never awaited")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from run_process import REPO, Run, json_lines, start
 
-from nri_pinner.cli import main
+from nri_pinner.cli.main import main
 
 NOISE = ("Traceback", "Event loop is closed", "never awaited")
 

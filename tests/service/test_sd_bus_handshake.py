@@ -12,9 +12,9 @@ from jeepney import HeaderFields, Message, Parser, new_method_call
 from jeepney.auth import BEGIN, Authenticator
 from sd_bus_server import SdBusServer
 
-from nri_pinner.enable_nri import restart_unit
+from nri_pinner.cli.enable_nri import restart_unit
+from nri_pinner.edge.cgroups.systemd_units import SYSTEMD, SystemdUnits
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.service.systemd_units import SYSTEMD, SystemdUnits
 
 
 def restart_call() -> Message:

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from run_process import Run, config_text, start_with, terminate
 
-from nri_pinner.service import readiness
-from nri_pinner.service.status_server import query
+from nri_pinner.edge.observe import readiness
+from nri_pinner.edge.observe.status_server import query
 from testkit.fake_runtime import FakeRuntime
 
 CREDS = struct.Struct("iII")  # struct ucred: pid, uid, gid

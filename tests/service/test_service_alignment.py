@@ -24,15 +24,15 @@ from svc_harness import (
     running,
 )
 
+from nri_pinner.cli.status import render_status
+from nri_pinner.edge.app import Service
+from nri_pinner.edge.request_intake import Intake, memory_policy, page_size_bytes
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.memorymanager.provider import memory_state
 from nri_pinner.engine.topology.sysfs import discover
-from nri_pinner.inspect_cli import render_status
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub_wire import TtrpcStatusError
-from nri_pinner.service.app import Service
-from nri_pinner.service.request_intake import Intake, memory_policy, page_size_bytes
+from nri_pinner.nri.stub.wire import TtrpcStatusError
 from testkit.fake_runtime import CONTAINERD_2_3_0
 from testkit.scripts import load_script
 

@@ -11,7 +11,7 @@ import pytest
 import structlog.testing
 from svc_harness import container, create, make_settings, pod, running
 
-from nri_pinner.nri.stub_wire import TtrpcStatusError
+from nri_pinner.nri.stub.wire import TtrpcStatusError
 
 
 async def test_admission_rejection_is_logged_as_a_decision_not_an_error(workdir: Path) -> None:

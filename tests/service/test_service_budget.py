@@ -24,7 +24,7 @@ from svc_harness import (
 from nri_pinner.engine.admission import AdmissionRequest, Decision, Engine
 from nri_pinner.engine.cpumanager.state import EngineState
 from nri_pinner.engine.cpuset import CPUSet
-from nri_pinner.nri.stub_wire import TtrpcStatusError
+from nri_pinner.nri.stub.wire import TtrpcStatusError
 from testkit.fake_runtime import CONTAINERD_2_1_9
 
 REQUEST_TIMEOUT = 1.0  # sent by the v0.8 runtime in Configure

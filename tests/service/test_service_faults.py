@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from svc_harness import container, cpuset_updates, create, make_settings, mems_for, pod, running, write_cgroup_cpus
 
+from nri_pinner.edge.checkpoint import file as checkpoint_file
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service import checkpoint_file
 from testkit.fake_runtime import NRI_V0_12_1
 
 BODY = {"policy": "static", "shared": "0-3", "entries": []}

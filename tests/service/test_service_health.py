@@ -16,14 +16,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from svc_harness import container, create, make_settings, new_service, pod
 
 from nri_pinner import cli
+from nri_pinner.edge.app import Service
+from nri_pinner.edge.observe.metrics import REJECTIONS, RESIZE_KINDS, RESIZE_REFUSALS
+from nri_pinner.edge.observe.metrics_http import Listener
+from nri_pinner.edge.observe.status_server import start_server
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import Deferred, UpdatesReply
-from nri_pinner.nri.stub_wire import TtrpcStatusError
-from nri_pinner.service.app import Service
-from nri_pinner.service.metrics import REJECTIONS, RESIZE_KINDS, RESIZE_REFUSALS
-from nri_pinner.service.metrics_http import Listener
-from nri_pinner.service.status_server import start_server
+from nri_pinner.nri.stub.wire import TtrpcStatusError
 from testkit.fake_runtime import CONTAINERD_2_3_0, FakeRuntime, running_stub
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

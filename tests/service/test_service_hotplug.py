@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from svc_harness import DUAL_SOCKET, container, copy_sysfs, create, make_settings, pod, running, write_cgroup_cpus
 
+from nri_pinner.edge.watch.uevents import is_cpu_event, open_socket, parse, watch_cpus
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.uevents import is_cpu_event, open_socket, parse, watch_cpus
 from testkit.fake_runtime import CONTAINERD_1_7_24
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")

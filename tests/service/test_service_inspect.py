@@ -13,10 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from svc_harness import Running, container, create, document, make_settings, pod, running
 
 from nri_pinner import cli
+from nri_pinner.edge.observe.status_server import query, start_server
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub_wire import TtrpcStatusError
-from nri_pinner.service.status_server import query, start_server
+from nri_pinner.nri.stub.wire import TtrpcStatusError
 from testkit.fake_runtime import CONTAINERD_2_3_0
 
 

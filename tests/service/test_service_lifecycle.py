@@ -23,10 +23,10 @@ from svc_harness import (
     running,
 )
 
+from nri_pinner.edge.app import Service
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub_wire import TtrpcStatusError
-from nri_pinner.service.app import Service
+from nri_pinner.nri.stub.wire import TtrpcStatusError
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_3_0, RuntimeProfile
 
 

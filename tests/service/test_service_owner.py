@@ -10,9 +10,9 @@ from pathlib import Path
 
 from svc_harness import DUAL_SOCKET, container, copy_sysfs, create, document, make_settings, pod, running
 
+from nri_pinner.core import events as ev
+from nri_pinner.core.node import Outcome
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.core import events as ev
-from nri_pinner.service.core.node import Outcome
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")
 

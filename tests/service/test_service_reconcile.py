@@ -32,9 +32,9 @@ from svc_harness import (
 )
 
 from nri_pinner.config import Settings
+from nri_pinner.edge.gen import cri_repair_pb2 as cri
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service.gen import cri_repair_pb2 as cri
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, NRI_V0_12_1, RuntimeProfile
 
 BPOD, GPOD = pod("burst", "burstable"), pod("gold")

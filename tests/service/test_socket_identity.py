@@ -8,7 +8,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from nri_pinner.service.status_server import start_server
+from nri_pinner.edge.observe.status_server import start_server
 
 
 def test_the_socket_file_is_identified_before_it_takes_the_path(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Telling systemd the cpusets written into container scopes (nri_pinner/service/systemd_units.py).
+"""Telling systemd the cpusets written into container scopes (nri_pinner/edge/cgroups/systemd_units.py).
 
 The bus peer is a stand-in (tests/service/dbus_peer.py): systemd is not PID 1 on this machine. What
 real systemd 257 does with these calls is checked in the VM tier (tests/vm)."""
@@ -18,12 +18,12 @@ from dbus_peer import DBusPeer
 from jeepney import HeaderFields, Parser
 from svc_harness import container, cpuset_updates, create, make_settings, pod, running
 
+from nri_pinner.edge.cgroups import systemd_units
+from nri_pinner.edge.cgroups.cpuset_writer import CpusetWriter, unwritable
+from nri_pinner.edge.cgroups.paths import relative_cgroup_path
+from nri_pinner.edge.cgroups.systemd_units import SystemdUnits, cpu_mask, scope_unit, set_properties_call
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.service import systemd_units
-from nri_pinner.service.cgroup_paths import relative_cgroup_path
-from nri_pinner.service.cpuset_writer import CpusetWriter, unwritable
-from nri_pinner.service.systemd_units import SystemdUnits, cpu_mask, scope_unit, set_properties_call
 
 SCOPE_PATH = "kubepods-burstable-pod1234_5678.slice:cri-containerd:abc123"
 
@@ -148,7 +148,7 @@ def test_root_without_capabilities_may_write_cgroups() -> None:
     tree = any(Path(p, "cgroup.procs").exists() for p in ("/sys/fs/cgroup", "/sys/fs/cgroup/cpuset"))
     if os.geteuid() != 0 or not shutil.which("setpriv") or not tree:
         pytest.skip("needs root, setpriv and a mounted cgroup tree")
-    probe = ("from nri_pinner.service.cpuset_writer import unwritable; "
+    probe = ("from nri_pinner.edge.cgroups.cpuset_writer import unwritable; "
              "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0]); "
              "print(repr(unwritable('/sys/fs/cgroup')))")
     out = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", sys.executable, "-c", probe],

@@ -1,0 +1,7 @@
+"""The `nri-pinner` command line: the parser and dispatch (``main``), `status` (``status``), `install`,
+`enable-nri`, `simulate` (``simulate``, ``simulate_alignment``) and the man page and completions (``doc``).
+`python -m nri_pinner.cli` runs it like `python -m nri_pinner`."""
+
+from .main import main
+
+__all__ = ["main"]

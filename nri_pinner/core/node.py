@@ -1,0 +1,193 @@
+"""The node core: the one owner of node state (h11's shape; the kubelet's one writer of State).
+
+`NodeCore.handle(event)` takes one event (core/events.py) and returns an `Outcome`: the reply for the
+event, if it has one (a `Park` when the reply must wait for a cgroup pass), and the effects the edge
+must carry out (core/effects.py). It does no I/O, takes no lock and starts no thread; one thread
+(the node thread, which also runs the NRI handlers) calls it, and the results of its effects come
+back as events on that thread's queue. What it decides is published as an immutable `View` after
+each change, for readers on other threads (status, metrics, the stub's budget fallbacks).
+
+The rules live beside it: container lifecycle (`lifecycle.py`), resize (`resizing.py`), connection
+and Synchronize (`connection.py`), drift and hotplug (`repairs.py`), cgroup passes and parked replies
+(`passes.py`); who is init or app (`roles.py`), what the kubelet meant (`intent.py`), rebuilding
+(`rebuild.py`), the checkpoint (`checkpoint.py`), which updates a reply carries (`reply_updates.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ..engine.admission import Engine
+from . import connection, lifecycle, quotas, repairs, resizing
+from .checkpoint import Snapshot, checkpoint_entries, entry_extras
+from .effects import Effect, ListPodResources, Park, Refusal, Resolve, SettleWhenIdle, WriteCheckpoint
+from .events import (
+    AwaitPass,
+    CgroupsWritten,
+    Configured,
+    ConnectionClosed,
+    CpusetsRead,
+    CreateContainer,
+    DriftCheck,
+    Event,
+    PodResourcesListed,
+    RecordsSynced,
+    RecordSyncReady,
+    RemoveContainer,
+    RemovePodSandbox,
+    ReplyDiscarded,
+    RuntimeRepaired,
+    StartContainer,
+    StopContainer,
+    StopPodSandbox,
+    Synchronize,
+    TimerFired,
+    TopologyChanged,
+    UpdateContainer,
+    UpdatePodSandbox,
+    WriteResult,
+)
+from .passes import PassBook
+from .qos_slices import QosSlices
+from .records import NodeState
+from .runtime_records import RETRY_TIMER as RECORDS_RETRY_TIMER
+from .runtime_records import TIMER as RECORDS_TIMER
+from .runtime_records import RecordSync
+
+if TYPE_CHECKING:
+    from ..config import Settings  # a type only: the settings module reads and checks files
+    from .counters import Counters
+
+Reply = object  # a typed NRI reply (nri/handlers.py), a Refusal, a Park, a list for the reconcile edge, or None
+
+
+@dataclass
+class Outcome:
+    reply: Reply = None
+    effects: list[Effect] = field(default_factory=list)
+
+
+class NodeCore:
+    def __init__(self, settings: Settings, engine: Engine, metrics: Counters, prior: Mapping[str, Any] | None = None,
+                 cgroup_writes: bool = True, qos_slices: Sequence[str] | None = None) -> None:
+        self.settings, self.metrics = settings, metrics
+        self.node = NodeState(engine, engine.initial_state())
+        self.cgroup_writes = cgroup_writes
+        self.prior = checkpoint_entries(prior)  # container id -> checkpoint entry (a hint for rebuild)
+        self.seeded: dict[str, tuple[str, str]] = {}  # checkpoint holds not yet replaced by a Synchronize
+        self.waiting: list[str] = []  # Guaranteed containers Synchronize left on the shared pool, oldest first
+        self.stopped_sandboxes: set[str] = set()  # StopPodSandbox seen, RemovePodSandbox not yet
+        self.passes = PassBook(self)
+        self.records = RecordSync(self, settings.reconcile.runtime_record_quiet_seconds)
+        self.drift_batches: list[repairs.DriftBatch] = []  # drift repairs a pass is writing
+        self.quotas = quotas.QuotaBook(self)  # pods' cgroups left without a CFS quota
+        # the shared pool held on the QoS slices (cgroup v2, systemd driver): None = not, else the QoS slices
+        # the edge found (more are learnt from containers' cgroups paths)
+        self.slices = QosSlices(self, qos_slices is not None and cgroup_writes, qos_slices or ())
+        self.effects: list[Effect] = []  # of the event being handled
+        self.node.publish()
+
+    # -- the one entry point ---------------------------------------------------------------------
+    def handle(self, event: Event) -> Outcome:
+        self.effects = []
+        reply = self._dispatch(event)
+        if self.node.wants_listing:
+            self.node.wants_listing = False
+            self.effects.append(ListPodResources())
+        if self.node.unsettled:
+            self.effects.append(SettleWhenIdle(tuple(self.node.unsettled)))
+            self.node.unsettled.clear()
+        return Outcome(reply, self.effects)
+
+    def _dispatch(self, event: Event) -> Reply:
+        match event:
+            case CreateContainer():
+                return lifecycle.create(self, event)
+            case StartContainer():
+                return lifecycle.start(self, event)
+            case StopContainer():
+                return lifecycle.stop(self, event)
+            case RemoveContainer():
+                return lifecycle.remove(self, event)
+            case StopPodSandbox():
+                return lifecycle.stop_pod(self, event)
+            case RemovePodSandbox():
+                return lifecycle.remove_pod(self, event)
+            case UpdateContainer():
+                return resizing.update_container(self, event)
+            case UpdatePodSandbox():
+                return resizing.update_pod_sandbox(self, event)
+            case Synchronize():
+                return connection.synchronize(self, event)
+            case Configured():
+                return connection.configure(self, event)
+            case ConnectionClosed():
+                return connection.closed(self)
+            case ReplyDiscarded():
+                return connection.discarded(self, event)
+            case CgroupsWritten():
+                return self.passes.written(event)
+            case TimerFired():
+                if event.name == RECORDS_TIMER:
+                    return self.records.timer()
+                if event.name == RECORDS_RETRY_TIMER:
+                    return self.records.retry()
+                if event.name in (quotas.CHECK_TIMER, quotas.RESIZE_TIMER):
+                    self.quotas.timer(event.name)
+                    return None
+                return self.passes.timer(event.name)
+            case AwaitPass():
+                if not self.cgroup_writes:
+                    return True
+                return self.park_until_pass(self.node.generation, lambda late: not late, "AwaitPass")
+            case DriftCheck():
+                return repairs.probes(self)
+            case CpusetsRead():
+                return repairs.drifts(self, event)
+            case RuntimeRepaired():
+                return repairs.runtime_repaired(self, event)
+            case TopologyChanged():
+                return repairs.topology_changed(self, event)
+            case RecordSyncReady():
+                return self.records.became_ready(event)
+            case RecordsSynced():
+                return self.records.synced(event)
+            case PodResourcesListed():
+                self.node.listed_pods = event.pods  # read at the next create or stop (roles.py)
+                return None
+        raise TypeError(f"not a core event: {event!r}")
+
+    # -- what every change ends with -------------------------------------------------------------
+    def commit(self) -> None:
+        """The one commit path: publish a view, checkpoint it (written behind the reply), and have the
+        started containers' cgroups follow (a pass, after a short settle)."""
+        node = self.node
+        view = node.publish()
+        self.effects.append(WriteCheckpoint(Snapshot(view.state, view.containers, view.engine.policy.reserved,
+                                                     view.shared_pool, partial(entry_extras, view.engine,
+                                                                               view.state))))
+        if self.cgroup_writes:
+            self.passes.want(view.generation)
+            self.records.changed()
+        self.metrics.shared_pool_cpus.set(len(view.shared_pool))
+        self.metrics.exclusive_cpus.set(len(view.state.exclusive_cpus()))
+
+    def refuse(self, message: str, kind: str = "admission") -> Refusal:
+        return Refusal(message, kind)
+
+    def park_until_pass(self, generation: int, reply: Callable[[bool], Reply], what: str) -> Reply:
+        """The reply once a pass begun at `generation` or later has written the cgroups: now if one has;
+        else parked (`reply(late)` is called when it has, or with late=True at the wait's limit)."""
+        return self.passes.park(generation, reply, what)
+
+    def repair_results(self, results: Sequence[WriteResult]) -> None:
+        repairs.after_pass(self, results)
+
+    def resolve(self, token: int, reply: Reply) -> None:
+        self.effects.append(Resolve(token, reply))
+
+
+__all__ = ["NodeCore", "Outcome", "Park", "Refusal"]

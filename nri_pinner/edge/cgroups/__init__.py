@@ -1,0 +1,1 @@
+"""Carrying out `WriteCgroups`: cpuset writes, pod CPU quotas, systemd units and the QoS slices."""

@@ -1,0 +1,1 @@
+"""The checkpoint file: its format on disk (file.py) and the writer thread (writer.py)."""

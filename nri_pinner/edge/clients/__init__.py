@@ -1,0 +1,2 @@
+"""Clients of the node's other services: the CRI runtime (cri.py) and the kubelet's pod resources API
+(podresources.py)."""

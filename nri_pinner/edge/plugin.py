@@ -1,0 +1,393 @@
+"""The NRI plugin: a thin adapter from the stub's typed handlers to the node core (core/node.py).
+
+Each handler runs on the node thread (the stub's handler thread, owned by the service), does the
+I/O the event needs first (the container's devices, the cgroups a Synchronize or an adoption
+trusts), hands the core one event, carries out the effects it returns (cgroup passes, checkpoint,
+timers, answers to parked replies) and turns its reply into the stub's typed reply. A reply the
+core parks (an exclusive container's start, a grown resize, Synchronize: waiting for a cgroup
+pass; a create waiting for its pod's NIC lookup) is a `Deferred`: the node thread goes on with other
+work and resolves it when the result comes back as an event. Other threads reach the core only
+through `post` and `ask`, which queue work on the node thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from ..config import Settings
+from ..core import events as ev
+from ..core.effects import (
+    ArmTimer,
+    Expedite,
+    ListPodResources,
+    Park,
+    Refusal,
+    Resolve,
+    SettleWhenIdle,
+    SyncRecords,
+    WriteCgroups,
+    WriteCheckpoint,
+)
+from ..core.node import NodeCore, Outcome
+from ..core.records import NodeState, Told, View
+from ..core.reply_updates import cpu_update, view_update
+from ..core.resizing import adoptable, is_resize
+from ..engine.admission import Engine
+from ..engine.cpuset import CPUSetError
+from ..engine.devicemanager.podresources import PodResourcesView
+from ..nri.gen import api_pb2 as api
+from ..nri.handlers import CreateReply, Deferred, UpdatesReply
+from ..nri.stub.handlers import HandlerThread
+from .cgroups.passes import PassRunner, cgroup_writer
+from .cgroups.paths import CgroupError
+from .checkpoint.writer import CheckpointWriter
+from .clients.podresources import PodResources
+from .nic_lookup.lookup import NicLookup
+from .observe.metrics import Metrics
+from .request_intake import Intake
+from .timers import Timers
+
+if TYPE_CHECKING:
+    from ..nri import handlers as h
+
+log = structlog.get_logger("nri_pinner.service")
+
+
+class AdmissionRefused(Exception):
+    """Fails the container create, as a kubelet admission failure would fail the pod."""
+
+    refusal = True  # a decision, not a fault: the stub logs it at info
+
+
+class ResizeRefused(Exception):
+    """Fails the NRI UpdateContainer, so containerd fails CRI UpdateContainerResources."""
+
+    refusal = True
+
+
+def _no_wait(late: bool) -> None:
+    """A NIC wait already over (the lookup finished first)."""
+
+
+class PinnerPlugin:
+    def __init__(self, settings: Settings, engine: Engine, metrics: Metrics,
+                 prior_checkpoint: dict[str, Any] | None = None, nics: NicLookup | None = None,
+                 node_thread: HandlerThread | None = None, podresources: PodResources | None = None) -> None:
+        self.settings, self.metrics, self.nics = settings, metrics, nics
+        self.thread = node_thread or HandlerThread("nri-pinner-node")
+        self.intake = Intake(settings)  # device and memory requests for those providers
+        self.intake.podresources = podresources
+        self.checkpoints = CheckpointWriter(settings.state.checkpoint)
+        self.writer, slices = cgroup_writer(settings.reconcile)  # None: writes off; slices: qos_slices.py
+        self.core = NodeCore(settings, engine, metrics, prior_checkpoint, cgroup_writes=self.writer is not None,
+                             qos_slices=slices)
+        self.podresources = podresources
+        if podresources is not None:  # init/app roles from the kubelet's List, delivered on the node thread
+            podresources.deliver = self._podresources_listed
+        self.passes = PassRunner(self.writer, self.post) if self.writer is not None else None
+        self.timers = Timers(self._timer_fired)
+        self._parked: dict[int, Callable[[object], None]] = {}  # core token -> who gets the reply
+        self._nic_waits: dict[str, Callable[[bool], None]] = {}  # timer name -> a create waiting for its NICs
+        self._nic_seq = 0
+        # the reconcile edge's way to update the runtime's records (it says `RecordSyncReady` once set)
+        self.record_sender: Callable[[SyncRecords], None] | None = None
+
+    # -- reading the core's state from any thread (published views only) --------------------------
+    @property
+    def node(self) -> NodeState:
+        return self.core.node
+
+    def view(self) -> View:
+        view = self.core.node.published
+        assert view is not None  # the core publishes at construction
+        return view
+
+    @property
+    def pass_wait(self) -> float:
+        return self.core.passes.wait_seconds
+
+    # -- the core's doorways -----------------------------------------------------------------------
+    def handle(self, event: ev.Event) -> object:
+        """On the node thread: one event through the core, its effects carried out; the reply."""
+        outcome = self.core.handle(event)
+        self._carry_out(outcome)
+        return outcome.reply
+
+    def post(self, event: ev.Event) -> None:
+        """From any thread: the event is handled on the node thread (its reply is dropped)."""
+        self.thread.submit(lambda: self._guarded(event))
+
+    def ask(self, event: ev.Event) -> Future[object]:
+        """From any thread: the event's reply (a parked one once it is resolved)."""
+        future: Future[object] = Future()
+
+        def call() -> None:
+            try:
+                reply = self.handle(event)
+            except Exception as exc:
+                future.set_exception(exc)
+                return
+            self._deliver(reply, future.set_result)
+
+        self.thread.submit(call)
+        return future
+
+    def await_pass(self, timeout: float = 5.0) -> bool:
+        """From any thread but the node thread: True once the cgroups follow the newest change."""
+        try:
+            return bool(self.ask(ev.AwaitPass()).result(timeout))
+        except TimeoutError:
+            return False
+
+    def _podresources_listed(self, view: PodResourcesView | None, asks: int) -> None:  # on the fetcher thread
+        source = self.podresources
+        assert source is not None
+
+        def adopt() -> None:
+            source.adopt(view, asks)
+            self._guarded(ev.PodResourcesListed(source.listed_pods()))
+
+        self.thread.submit(adopt)
+
+    def _timer_fired(self, name: str) -> None:  # on the timer thread
+        if name.startswith("nic:"):
+            self.thread.submit(lambda: self._nic_waits.pop(name, _no_wait)(True))
+        else:
+            self.post(ev.TimerFired(name))
+
+    def _guarded(self, event: ev.Event) -> None:
+        try:
+            self.handle(event)
+        except Exception as exc:  # the node thread must survive anything one event meets
+            log.error("core event failed", event=type(event).__name__, error=repr(exc))
+
+    def _carry_out(self, outcome: Outcome) -> None:
+        for effect in outcome.effects:
+            if isinstance(effect, WriteCgroups):
+                assert self.passes is not None
+                self.passes.submit(effect)
+            elif isinstance(effect, Expedite):
+                assert self.passes is not None
+                self.passes.expedite(effect.pass_id)
+            elif isinstance(effect, WriteCheckpoint):
+                self.checkpoints.submit(effect.snapshot)
+            elif isinstance(effect, ArmTimer):
+                self.timers.arm(effect.name, effect.seconds)
+            elif isinstance(effect, SyncRecords):
+                if self.record_sender is not None:
+                    self.record_sender(effect)
+                else:
+                    self.post(ev.RecordsSynced(effect.sync_id, [ev.RecordResult(i.container_id, "", "no runtime path")
+                                                                 for i in effect.items]))
+            elif isinstance(effect, SettleWhenIdle):
+                self.thread.submit_idle(effect.settle)
+            elif isinstance(effect, ListPodResources):
+                if self.podresources is not None:
+                    self.podresources.refresh()
+            elif isinstance(effect, Resolve):
+                deliver = self._parked.pop(effect.token, None)
+                if deliver is not None:
+                    deliver(effect.reply)
+
+    def _deliver(self, reply: object, resolve: Callable[[Any], None]) -> None:
+        """Hand the core's reply to ``resolve`` now, or when its parked token is resolved."""
+        if isinstance(reply, Park):
+            self._parked[reply.token] = resolve
+        else:
+            resolve(reply)
+
+    @staticmethod
+    def _raise_refusal(reply: object) -> None:
+        if isinstance(reply, Refusal):
+            raise (ResizeRefused if reply.kind == "resize" else AdmissionRefused)(reply.message)
+
+    def _answer(self, reply: object) -> Any:
+        """The core's reply as the stub takes it: a refusal raised, a parked reply deferred."""
+        self._raise_refusal(reply)
+        if isinstance(reply, Park):
+            deferred: Deferred[Any] = Deferred()
+            self._deliver(reply, deferred.resolve)
+            return deferred
+        return reply
+
+    # -- I/O an event needs before the core sees it -------------------------------------------------
+    def _read_cgroup(self, cgroups_path: str) -> Told | None:
+        """What a container's cgroup holds (rebuild trusts it over the runtime's stale record)."""
+        if self.writer is None or not cgroups_path:
+            return None
+        try:
+            return self.writer.read(cgroups_path)
+        except (CgroupError, CPUSetError):
+            return None
+
+    def _read_cgroups(self, containers: list[api.Container]) -> dict[str, Told | None]:
+        if self.writer is None:
+            return {}
+        return {c.linux.cgroups_path: self._read_cgroup(c.linux.cgroups_path)
+                for c in containers if c.linux.cgroups_path and c.state == api.CONTAINER_RUNNING}
+
+    # -- connection ----------------------------------------------------------------------------------
+    def configure(self, req: api.ConfigureRequest) -> None:
+        log.info("configured by runtime", runtime=req.runtime_name, version=req.runtime_version,
+                 nri_version=req.NRI_version or "unknown", request_timeout_ms=req.request_timeout or None)
+        self.metrics.runtime.info({"runtime": req.runtime_name, "version": req.runtime_version,
+                                   "nri_version": req.NRI_version or "unknown"})
+        self.metrics.nri_reconnects.inc()
+        self.handle(ev.Configured(req.request_timeout))
+
+    def synchronize(self, pods: list[api.PodSandbox], containers: list[api.Container]
+                    ) -> UpdatesReply | Deferred[UpdatesReply]:
+        if self.nics is not None:  # NICs of pods that ran before we connected (background, never waited for)
+            for p in pods:
+                self.nics.start(p)
+        reply = self.handle(ev.Synchronize(pods, containers, self._read_cgroups(containers)))
+        return self._answer(reply)  # type: ignore[no-any-return]
+
+    def on_close(self) -> None:
+        self.handle(ev.ConnectionClosed())
+
+    def discarded_reply(self, handler: str, args: tuple[Any, ...], outcome: object) -> None:
+        """A late answer never reached the runtime: undo what it decided and resend every cpuset."""
+        cid = args[0].container.id if handler == "create_container" and args else ""
+        self.handle(ev.ReplyDiscarded(handler, cid if isinstance(outcome, CreateReply) else ""))
+
+    def close(self) -> None:
+        """Stop the worker threads (after the last event): the checkpoint is flushed first."""
+        if self.passes is not None:
+            self.passes.close()
+        self.timers.close()
+        if self.writer is not None:
+            self.writer.close()
+        self.checkpoints.close()
+
+    # -- container lifecycle -------------------------------------------------------------------------
+    def create_container(self, req: api.CreateContainerRequest) -> CreateReply | Deferred[CreateReply]:
+        if self.nics is not None:  # the pod's NIC lookup: parked (never a blocked thread) while it runs
+            lookup = self.nics.start(req.pod)
+            if not lookup.done():
+                return self._after_nic_lookup(req, lookup)
+        return self._answer(self._core_create(req))  # type: ignore[no-any-return]
+
+    def _core_create(self, req: api.CreateContainerRequest) -> object:
+        extras = self.intake.extras(req.container, True)  # the core drops memory unless Guaranteed
+        return self.handle(ev.CreateContainer(req, extras))
+
+    def _after_nic_lookup(self, req: api.CreateContainerRequest, lookup: Future[Any]) -> Deferred[CreateReply]:
+        deferred: Deferred[CreateReply] = Deferred()
+        assert self.nics is not None
+        nics = self.nics
+
+        def go(timed_out: bool) -> None:  # on the node thread, once
+            if deferred.done:
+                return
+            if timed_out and not lookup.done():
+                nics.note_late(req.pod)
+            try:
+                reply = self._core_create(req)
+                self._raise_refusal(reply)
+            except Exception as exc:
+                deferred.fail(exc)
+                return
+            self._deliver(reply, deferred.resolve)
+
+        self._nic_seq += 1
+        name = f"nic:{self._nic_seq}"
+        self._nic_waits[name] = go
+        lookup.add_done_callback(lambda _f: self.thread.submit(lambda: self._nic_waits.pop(name, go)(False)))
+        self.timers.arm(name, nics.wait_seconds)  # a bounded wait: then the create goes on without NIC hints
+        return deferred
+
+    def fallback_create_container(self, req: api.CreateContainerRequest) -> CreateReply:
+        """Over budget: the current shared pool (never no cpuset, which would overlap exclusive CPUs), or fail."""
+        self.metrics.late_replies.labels("CreateContainer").inc()
+        if self.settings.nri.on_timeout == "fail":
+            raise AdmissionRefused("nri-pinner: no decision within the runtime's request budget; retry")
+        self.metrics.fail_open.labels("timeout").inc()
+        pool = self.view().shared_pool  # an immutable snapshot; no lock on the wire loop
+        log.warning("decision over budget: container starts on the shared pool", container=req.container.name,
+                    pod=req.pod.name, cpus=str(pool))
+        return CreateReply(str(pool))
+
+    def start_container(self, event: api.StateChangeEvent) -> Deferred[None] | None:
+        return self._answer(self.handle(ev.StartContainer(event.container.id)))  # type: ignore[no-any-return]
+
+    def stop_container(self, req: api.StopContainerRequest) -> UpdatesReply:
+        return self._answer(self.handle(ev.StopContainer(req.container.id, req.container.exit_code)))  # type: ignore[no-any-return]
+
+    def remove_container(self, event: api.StateChangeEvent) -> None:
+        self.handle(ev.RemoveContainer(event.container.id))
+
+    def run_pod_sandbox(self, event: api.StateChangeEvent) -> None:
+        self.intake.pod_started(event.pod)  # PodResources: the background List (never waited for)
+        if self.nics is not None:
+            self.nics.start(event.pod)  # looked up in the background; the first create waits at most briefly
+
+    def stop_pod_sandbox(self, event: api.StateChangeEvent) -> None:
+        self.handle(ev.StopPodSandbox(event.pod))
+
+    def remove_pod_sandbox(self, event: api.StateChangeEvent) -> None:
+        if self.nics is not None:
+            self.nics.forget(event.pod.id)
+        self.handle(ev.RemovePodSandbox(event.pod))
+
+    # -- updates -------------------------------------------------------------------------------------
+    def update_container(self, req: api.UpdateContainerRequest) -> UpdatesReply | Deferred[UpdatesReply]:
+        """A kubelet resize or a cpuset-only update (README "Resize"; core/resizing.py)."""
+        node, cid = self.core.node, req.container.id
+        t = node.containers.get(cid)
+        a = node.assignment(t) if t is not None else None
+        # a fractional -> integer resize is admitted afresh with the container's devices (core/resizing.py)
+        extras = self.intake.extras(req.container, False) if is_resize(req.linux_resources.cpu) and (
+            a is None or not a.exclusive) else {}
+        unknown = t is None and adoptable(req)
+        cgroups = {req.container.linux.cgroups_path: self._read_cgroup(req.container.linux.cgroups_path)} \
+            if unknown and req.container.linux.cgroups_path else {}
+        return self._answer(self.handle(ev.UpdateContainer(req, extras, cgroups)))  # type: ignore[no-any-return]
+
+    def fallback_update_container(self, req: api.UpdateContainerRequest) -> UpdatesReply:
+        """Over budget: the container's cpuset from the newest published view (lock-free, on the wire
+        loop), never an empty answer, with which runc would apply containerd's stale create-time set.
+        A late resize still lands: its result is discarded and every cpuset is resent."""
+        self.metrics.late_replies.labels("UpdateContainer").inc()
+        view = self.core.node.published
+        t = view.containers.get(req.container.id) if view is not None else None
+        if view is None or (t is not None and t.stopped) or (t is None and not adoptable(req)):
+            return UpdatesReply()
+        engine = view.engine
+        if t is None:  # unknown (adopted by the late handler): never on CPUs that may be exclusive now
+            pool = view.shared_pool
+            return UpdatesReply((cpu_update(req.container.id, pool, engine.mems_of(pool)),))
+        update = view_update(view, t, self.core.quotas.enabled)  # an exclusive one's quota stays removed
+        log.warning("update over budget: answered with the container's current cpuset", container=t.key[1],
+                    cpus=update.cpus)
+        return UpdatesReply((update,))
+
+    def update_pod_sandbox(self, req: api.UpdatePodSandboxRequest) -> None:
+        """A pod-level resize (NRI >= v0.12): checked in pod scope, acted on per container."""
+        self.handle(ev.UpdatePodSandbox(req))
+
+
+if TYPE_CHECKING:
+    def _typed(p: PinnerPlugin) -> None:  # mypy checks the plugin against the stub's handler interface
+        handlers: list[object] = []
+        configure: h.ConfigureHandler = p
+        synchronize: h.SynchronizeHandler = p
+        create: h.CreateContainerHandler = p
+        create_fallback: h.CreateContainerFallback = p
+        start: h.StartContainerHandler = p
+        stop: h.StopContainerHandler = p
+        remove: h.RemoveContainerHandler = p
+        run_pod: h.RunPodSandboxHandler = p
+        stop_pod: h.StopPodSandboxHandler = p
+        remove_pod: h.RemovePodSandboxHandler = p
+        update: h.UpdateContainerHandler = p
+        update_fallback: h.UpdateContainerFallback = p
+        update_pod: h.UpdatePodSandboxHandler = p
+        discarded: h.DiscardedReplyHook = p
+        closed: h.CloseHook = p
+        handlers += [configure, synchronize, create, create_fallback, start, stop, remove, run_pod, stop_pod,
+                     remove_pod, update, update_fallback, update_pod, discarded, closed]
