@@ -72,7 +72,7 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     outcome = "admitted"
     if not decision.admitted:
         m.rejected(decision.reason)
-        node.record(decision, intent, "rejected")
+        core.record(decision, intent, "rejected")
         log.info("admission rejected", pod=f"{intent.namespace}/{intent.pod_name}",
                  container=intent.container, reason=decision.reason, message=decision.message)
         if core.settings.nri.on_reject == "fail":
@@ -93,7 +93,7 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     own = core.slices.own(t) if core.cgroup_writes and core.slices.holds(t) else (cpus, mems)
     node.told[t.container_id] = node.recorded[t.container_id] = own
     updates = pending_updates(core, exclude=t.container_id)
-    node.record(decision, intent, outcome)
+    core.record(decision, intent, outcome)
     core.commit()
     t.start_after = node.generation
     quota = core.quotas.container_quota(t)  # exclusive: no CFS quota (core/quotas.py)
@@ -142,8 +142,8 @@ def stop(core: NodeCore, event: StopContainer) -> Reply:
     if t.intent.kubelet:
         # kubelet pod: its CPUs (and memory) stay with the pod (module doc); only whether they
         # are reusable by the pod's next container depends on what it was
-        if a is not None and not t.intent.role:
-            decide_role(node, t, final=False)
+        if a is not None and not t.intent.role and (listing := decide_role(node, t, final=False)) is not None:
+            core.emit(listing)  # the List lacks the pod: a new one, read at the pod's next create
         updates = pending_updates(core)
         core.commit()
         a = node.assignment(t)

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..engine.admission import Engine
+from ..engine.admission import Decision, Engine
+from ..nri.handlers import CreateReply, UpdatesReply
 from . import connection, lifecycle, quotas, repairs, resizing
 from .checkpoint import Snapshot, checkpoint_entries, entry_extras
 from .effects import Effect, ListPodResources, Park, Refusal, Resolve, SettleWhenIdle, WriteCheckpoint
@@ -50,9 +51,11 @@ from .events import (
     UpdatePodSandbox,
     WriteResult,
 )
+from .intent import ContainerIntent
 from .passes import PassBook
 from .qos_slices import QosSlices
 from .records import NodeState
+from .repairs import Drift, DriftProbe
 from .runtime_records import RETRY_TIMER as RECORDS_RETRY_TIMER
 from .runtime_records import TIMER as RECORDS_TIMER
 from .runtime_records import RecordSync
@@ -61,7 +64,12 @@ if TYPE_CHECKING:
     from ..config import Settings  # a type only: the settings module reads and checks files
     from .counters import Counters
 
-Reply = object  # a typed NRI reply (nri/handlers.py), a Refusal, a Park, a list for the reconcile edge, or None
+Drifts = list[tuple[Drift, str]]  # the reconcile edge's drifts, each with how it was repaired
+# What `handle` answers an event with: a typed NRI reply (nri/handlers.py: CreateContainer's `CreateReply`;
+# Synchronize's, StopContainer's and UpdateContainer's `UpdatesReply`), a `Refusal` (a create or a resize), a
+# `Park` (the reply comes later as a `Resolve`), AwaitPass's bool, the reconcile edge's probes (DriftCheck) and
+# drifts (CpusetsRead), or None (every other event, and a parked StartContainer's).
+Reply = CreateReply | UpdatesReply | Refusal | Park | bool | list[DriftProbe] | Drifts | None
 
 
 @dataclass
@@ -94,12 +102,6 @@ class NodeCore:
     def handle(self, event: Event) -> Outcome:
         self.effects = []
         reply = self._dispatch(event)
-        if self.node.wants_listing:
-            self.node.wants_listing = False
-            self.effects.append(ListPodResources())
-        if self.node.unsettled:
-            self.effects.append(SettleWhenIdle(tuple(self.node.unsettled)))
-            self.node.unsettled.clear()
         return Outcome(reply, self.effects)
 
     def _dispatch(self, event: Event) -> Reply:
@@ -174,6 +176,23 @@ class NodeCore:
             self.records.changed()
         self.metrics.shared_pool_cpus.set(len(view.shared_pool))
         self.metrics.exclusive_cpus.set(len(view.state.exclusive_cpus()))
+
+    def emit(self, effect: Effect) -> None:
+        """An effect of the event being handled. One List and one batch of hint summaries to settle per
+        event: a second `ListPodResources` is dropped, a second `SettleWhenIdle` joins the first."""
+        for i, had in enumerate(self.effects):
+            if isinstance(effect, ListPodResources) and isinstance(had, ListPodResources):
+                return
+            if isinstance(effect, SettleWhenIdle) and isinstance(had, SettleWhenIdle):
+                self.effects[i] = SettleWhenIdle(had.summaries + effect.summaries)
+                return
+        self.effects.append(effect)
+
+    def record(self, decision: Decision, intent: ContainerIntent, outcome: str) -> None:
+        """A decision into the log; its hint summaries, if not formatted yet, to the edge to settle when idle."""
+        unsettled = self.node.record(decision, intent, outcome)
+        if unsettled is not None:
+            self.emit(SettleWhenIdle((unsettled,)))
 
     def refuse(self, message: str, kind: str = "admission") -> Refusal:
         return Refusal(message, kind)

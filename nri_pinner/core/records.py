@@ -171,11 +171,8 @@ class NodeState:
     # know (absent = unknown); runc writes it back on any later update (core/runtime_records.py)
     recorded: dict[str, Told] = field(default_factory=dict)
     # the PodResources List as last delivered, for init/app roles: (namespace, pod) -> listed containers
-    # (None: no List, or the kubelet's socket is absent); `wants_listing`: a new List is to be asked for
+    # (None: no List, or the kubelet's socket is absent)
     listed_pods: Mapping[tuple[str, str], frozenset[str]] | None = None
-    wants_listing: bool = False
-    # decisions' hint summaries not formatted yet: the core hands them to the edge to settle when idle
-    unsettled: list[HintSummaries] = field(default_factory=list)
     # cpuset.mems per (engine, cpus): every shared container asks for the same pool's
     _mems: dict[tuple[Engine, CPUSet], Mems] = field(default_factory=dict, repr=False)
 
@@ -202,17 +199,20 @@ class NodeState:
         found = self.containers.with_key(key)
         return found[0] if found else None
 
-    def record(self, decision: Decision, intent: ContainerIntent, outcome: str) -> None:
+    def record(self, decision: Decision, intent: ContainerIntent, outcome: str) -> HintSummaries | None:
+        """The decision into the log; its hint summaries when they are not formatted yet (the core hands
+        them to the edge to settle when idle: `NodeCore.record`)."""
         # the hints stay lazy: formatted when status reads them, not before the reply
         explained = decision.explain(lazy=True)
         entry = {"container_id": intent.container_id, "namespace": intent.namespace, "pod_name": intent.pod_name,
                  "outcome": outcome, **decision.to_json(), **explained}
         self.decisions.append(entry)
-        if isinstance(decision.provider_hints, HintSummaries) and not decision.provider_hints.settled:
-            self.unsettled.append(decision.provider_hints)
+        hints = decision.provider_hints
+        unsettled = hints if isinstance(hints, HintSummaries) and not hints.settled else None
         t = self.containers.get(intent.container_id)
         if t is not None and decision.admitted and decision.provider_hints:
             t.hints = {"merged": entry["hint"], **explained}
+        return unsettled
 
     def publish(self) -> View:
         """After a change: bump the generation and publish a view."""

@@ -32,6 +32,7 @@ from dataclasses import replace
 import structlog
 
 from ..engine.cpuset import EMPTY, CPUSet
+from .effects import ListPodResources
 from .intent import ContainerIntent
 from .records import NodeState, Tracked
 
@@ -65,38 +66,39 @@ def role_at_create(tr: NodeState, intent: ContainerIntent) -> ContainerIntent:
                         container=intent.container, reused=str(a.current & siblings))
         intent = replace(intent, init=False, restartable=False, role="")
     if not intent.role:
-        listed = listed_in_podresources(tr, intent.namespace, intent.pod_name, intent.container, refresh=False)
+        listed = listed_in_podresources(tr, intent.namespace, intent.pod_name, intent.container)
         if listed is not None:
             intent = replace(intent, init=not listed, role="podresources")
     return intent
 
-def listed_in_podresources(tr: NodeState, namespace: str, pod: str, container: str, refresh: bool) -> bool | None:
+def listed_in_podresources(tr: NodeState, namespace: str, pod: str, container: str) -> bool | None:
     """Is the container in the last PodResources List? None when the List does not have its pod (it
-    may lag a create): with ``refresh`` a new List is asked for, read at the pod's next create."""
+    may lag a create)."""
     listed = tr.listed_pods
     containers = None if listed is None else listed.get((namespace, pod))
     if containers is None:
-        if refresh:
-            tr.wants_listing = True
         return None
     return container in containers
 
-def decide_role(tr: NodeState, t: Tracked, final: bool) -> None:
+def decide_role(tr: NodeState, t: Tracked, final: bool) -> ListPodResources | None:
     """Was the stopped container a regular init container? PodResources (cached) says when it
-    lists the pod; else, when ``final`` (its pod's next create), inferred from its exit status."""
+    lists the pod; else, when ``final`` (its pod's next create), inferred from its exit status.
+    Not ``final`` and the List lacks the pod: undecided, and a new List is to be asked for (returned,
+    for the core to emit), read at the pod's next create."""
     i = t.intent
-    listed = listed_in_podresources(tr, i.namespace, i.pod_name, i.container, refresh=not final)
+    listed = listed_in_podresources(tr, i.namespace, i.pod_name, i.container)
     if listed is not None:
         init, role = not listed, "podresources"
     elif final:
         init, role = t.exit_code == 0, "inferred"
     else:
-        return
+        return ListPodResources()
     t.intent = replace(i, init=init, restartable=False, role=role)
     if init:
         tr.state = tr.engine.mark_init(tr.state, *t.key)
     log.info("stopped container's role decided", pod=f"{i.namespace}/{i.pod_name}", container=i.container,
              role="init" if init else "app", decided_by=role, exit_code=t.exit_code)
+    return None
 
 
 def mark_sidecars(tr: NodeState, pod_key: str, creating_init: bool) -> None:

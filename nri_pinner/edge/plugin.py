@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
@@ -32,7 +32,7 @@ from ..core.effects import (
     WriteCgroups,
     WriteCheckpoint,
 )
-from ..core.node import NodeCore, Outcome
+from ..core.node import NodeCore, Outcome, Reply
 from ..core.records import NodeState, Told, View
 from ..core.reply_updates import cpu_update, view_update
 from ..core.resizing import adoptable, is_resize
@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("nri_pinner.service")
 
+R = TypeVar("R")
+
 
 class AdmissionRefused(Exception):
     """Fails the container create, as a kubelet admission failure would fail the pod."""
@@ -71,6 +73,13 @@ class ResizeRefused(Exception):
 
 def _no_wait(late: bool) -> None:
     """A NIC wait already over (the lookup finished first)."""
+
+
+def _expect(reply: object, want: type[R]) -> R:
+    """The core's reply as the type its event is answered with (a clear error on anything else)."""
+    if not isinstance(reply, want):
+        raise TypeError(f"the core answered {reply!r} where a {want.__name__} was due")
+    return reply
 
 
 class PinnerPlugin:
@@ -111,7 +120,7 @@ class PinnerPlugin:
         return self.core.passes.wait_seconds
 
     # -- the core's doorways -----------------------------------------------------------------------
-    def handle(self, event: ev.Event) -> object:
+    def handle(self, event: ev.Event) -> Reply:
         """On the node thread: one event through the core, its effects carried out; the reply."""
         outcome = self.core.handle(event)
         self._carry_out(outcome)
@@ -193,26 +202,40 @@ class PinnerPlugin:
                 if deliver is not None:
                     deliver(effect.reply)
 
-    def _deliver(self, reply: object, resolve: Callable[[Any], None]) -> None:
+    def _deliver(self, reply: Reply, resolve: Callable[[object], None]) -> None:
         """Hand the core's reply to ``resolve`` now, or when its parked token is resolved."""
         if isinstance(reply, Park):
             self._parked[reply.token] = resolve
         else:
             resolve(reply)
 
+    def _settle(self, reply: Reply, want: type[R], deferred: Deferred[R]) -> None:
+        """Resolve ``deferred`` with the core's reply, now or when its parked token is resolved; a reply
+        not of the type ``want`` fails it."""
+        def resolve(value: object) -> None:
+            try:
+                checked = _expect(value, want)
+            except TypeError as exc:
+                deferred.fail(exc)
+                return
+            deferred.resolve(checked)
+
+        self._deliver(reply, resolve)
+
     @staticmethod
-    def _raise_refusal(reply: object) -> None:
+    def _raise_refusal(reply: Reply) -> None:
         if isinstance(reply, Refusal):
             raise (ResizeRefused if reply.kind == "resize" else AdmissionRefused)(reply.message)
 
-    def _answer(self, reply: object) -> Any:
-        """The core's reply as the stub takes it: a refusal raised, a parked reply deferred."""
+    def _answer(self, reply: Reply, want: type[R]) -> R | Deferred[R]:
+        """The core's reply as the stub takes it: a refusal raised, a parked reply deferred, any other
+        reply checked to be a ``want``."""
         self._raise_refusal(reply)
         if isinstance(reply, Park):
-            deferred: Deferred[Any] = Deferred()
-            self._deliver(reply, deferred.resolve)
+            deferred: Deferred[R] = Deferred()
+            self._settle(reply, want, deferred)
             return deferred
-        return reply
+        return _expect(reply, want)
 
     # -- I/O an event needs before the core sees it -------------------------------------------------
     def _read_cgroup(self, cgroups_path: str) -> Told | None:
@@ -245,7 +268,7 @@ class PinnerPlugin:
             for p in pods:
                 self.nics.start(p)
         reply = self.handle(ev.Synchronize(pods, containers, self._read_cgroups(containers)))
-        return self._answer(reply)  # type: ignore[no-any-return]
+        return self._answer(reply, UpdatesReply)
 
     def on_close(self) -> None:
         self.handle(ev.ConnectionClosed())
@@ -270,9 +293,9 @@ class PinnerPlugin:
             lookup = self.nics.start(req.pod)
             if not lookup.done():
                 return self._after_nic_lookup(req, lookup)
-        return self._answer(self._core_create(req))  # type: ignore[no-any-return]
+        return self._answer(self._core_create(req), CreateReply)
 
-    def _core_create(self, req: api.CreateContainerRequest) -> object:
+    def _core_create(self, req: api.CreateContainerRequest) -> Reply:
         extras = self.intake.extras(req.container, True)  # the core drops memory unless Guaranteed
         return self.handle(ev.CreateContainer(req, extras))
 
@@ -292,7 +315,7 @@ class PinnerPlugin:
             except Exception as exc:
                 deferred.fail(exc)
                 return
-            self._deliver(reply, deferred.resolve)
+            self._settle(reply, CreateReply, deferred)
 
         self._nic_seq += 1
         name = f"nic:{self._nic_seq}"
@@ -313,10 +336,10 @@ class PinnerPlugin:
         return CreateReply(str(pool))
 
     def start_container(self, event: api.StateChangeEvent) -> Deferred[None] | None:
-        return self._answer(self.handle(ev.StartContainer(event.container.id)))  # type: ignore[no-any-return]
+        return self._answer(self.handle(ev.StartContainer(event.container.id)), type(None))
 
-    def stop_container(self, req: api.StopContainerRequest) -> UpdatesReply:
-        return self._answer(self.handle(ev.StopContainer(req.container.id, req.container.exit_code)))  # type: ignore[no-any-return]
+    def stop_container(self, req: api.StopContainerRequest) -> UpdatesReply | Deferred[UpdatesReply]:
+        return self._answer(self.handle(ev.StopContainer(req.container.id, req.container.exit_code)), UpdatesReply)
 
     def remove_container(self, event: api.StateChangeEvent) -> None:
         self.handle(ev.RemoveContainer(event.container.id))
@@ -346,7 +369,7 @@ class PinnerPlugin:
         unknown = t is None and adoptable(req)
         cgroups = {req.container.linux.cgroups_path: self._read_cgroup(req.container.linux.cgroups_path)} \
             if unknown and req.container.linux.cgroups_path else {}
-        return self._answer(self.handle(ev.UpdateContainer(req, extras, cgroups)))  # type: ignore[no-any-return]
+        return self._answer(self.handle(ev.UpdateContainer(req, extras, cgroups)), UpdatesReply)
 
     def fallback_update_container(self, req: api.UpdateContainerRequest) -> UpdatesReply:
         """Over budget: the container's cpuset from the newest published view (lock-free, on the wire
