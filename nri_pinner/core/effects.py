@@ -4,11 +4,15 @@ parked reply. The plugin adapter (`edge/plugin.py`) carries them out; results co
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..engine.cpuset import CPUSet
 from ..engine.topologymanager.explain import HintSummaries, settle_all
 from .checkpoint import Snapshot
 from .records import Mems, Told
+
+if TYPE_CHECKING:
+    from .node import Reply
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ class Resolve:
     """Answer the reply parked under ``token`` (a `Park` the core returned earlier)."""
 
     token: int
-    reply: object
+    reply: Reply
 
 
 @dataclass(frozen=True)

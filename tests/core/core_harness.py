@@ -227,7 +227,7 @@ class Edge:
              cgroups: ev.CgroupReads | None = None) -> UpdatesReply:
         """Synchronize with the runtime's view (``cgroups``: what their cgroups hold; none read by
         default, as for containers whose cgroup files are absent) and settle; the reply."""
-        reply = self.handle(ev.Synchronize(pods, containers, cgroups or {})).reply
+        reply: object = self.handle(ev.Synchronize(pods, containers, cgroups or {})).reply
         if isinstance(reply, Park):
             self.settle()
             reply = self.resolves[reply.token]

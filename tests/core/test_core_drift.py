@@ -45,7 +45,7 @@ def drifts(reply: object) -> list[tuple[str, CPUSet, CPUSet, str]]:
 
 def probed(e: Edge) -> list[str]:
     """The ids of the containers a drift check reads."""
-    reply = e.handle(ev.DriftCheck()).reply
+    reply: object = e.handle(ev.DriftCheck()).reply
     assert isinstance(reply, list)
     assert all(isinstance(p, DriftProbe) and p.cgroups_path for p in reply), reply
     return sorted(p.container_id for p in reply)

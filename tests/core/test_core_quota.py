@@ -53,7 +53,7 @@ def quota_passes(e: Edge) -> list[list[str]]:
 
 
 def update_reply(e: Edge, event: ev.UpdateContainer) -> UpdatesReply:
-    out = e.handle(event).reply
+    out: object = e.handle(event).reply
     if not isinstance(out, UpdatesReply):
         token = park_token(out)
         e.settle()
