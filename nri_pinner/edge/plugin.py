@@ -48,6 +48,7 @@ from .checkpoint.writer import CheckpointWriter
 from .clients.podresources import PodResources
 from .nic_lookup.lookup import NicLookup
 from .observe.metrics import Metrics
+from .replies import expect, resolver
 from .request_intake import Intake
 from .timers import Timers
 
@@ -73,13 +74,6 @@ class ResizeRefused(Exception):
 
 def _no_wait(late: bool) -> None:
     """A NIC wait already over (the lookup finished first)."""
-
-
-def _expect(reply: object, want: type[R]) -> R:
-    """The core's reply as the type its event is answered with (a clear error on anything else)."""
-    if not isinstance(reply, want):
-        raise TypeError(f"the core answered {reply!r} where a {want.__name__} was due")
-    return reply
 
 
 class PinnerPlugin:
@@ -209,19 +203,6 @@ class PinnerPlugin:
         else:
             resolve(reply)
 
-    def _settle(self, reply: Reply, want: type[R], deferred: Deferred[R]) -> None:
-        """Resolve ``deferred`` with the core's reply, now or when its parked token is resolved; a reply
-        not of the type ``want`` fails it."""
-        def resolve(value: object) -> None:
-            try:
-                checked = _expect(value, want)
-            except TypeError as exc:
-                deferred.fail(exc)
-                return
-            deferred.resolve(checked)
-
-        self._deliver(reply, resolve)
-
     @staticmethod
     def _raise_refusal(reply: Reply) -> None:
         if isinstance(reply, Refusal):
@@ -233,9 +214,9 @@ class PinnerPlugin:
         self._raise_refusal(reply)
         if isinstance(reply, Park):
             deferred: Deferred[R] = Deferred()
-            self._settle(reply, want, deferred)
+            self._deliver(reply, resolver(deferred, want))
             return deferred
-        return _expect(reply, want)
+        return expect(reply, want)
 
     # -- I/O an event needs before the core sees it -------------------------------------------------
     def _read_cgroup(self, cgroups_path: str) -> Told | None:
@@ -315,7 +296,7 @@ class PinnerPlugin:
             except Exception as exc:
                 deferred.fail(exc)
                 return
-            self._settle(reply, CreateReply, deferred)
+            self._deliver(reply, resolver(deferred, CreateReply))
 
         self._nic_seq += 1
         name = f"nic:{self._nic_seq}"
