@@ -5,13 +5,16 @@ stamps them), the edge times the core's decisions around `NodeCore.handle` (`Tim
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
+from core_harness import make_core, resize
 from prometheus_client import Counter
 
 from nri_pinner.core.effects import CounterName
 from nri_pinner.edge.observe.metrics import Metrics
+from testkit.pod_builders import container, pod
 
 CORE = Path(__file__).resolve().parents[2] / "nri_pinner" / "core"
 
@@ -79,3 +82,16 @@ def test_every_counter_the_core_counts_is_a_metric() -> None:
                                                      {"reason": "InsufficientCPUs"}) == 1
             continue
         assert isinstance(getattr(metrics, name), Counter), name
+
+
+def test_a_resize_is_shown_at_the_time_its_event_carries() -> None:
+    """Status's resize "at" is the event's (the edge stamps it); an unstamped event leaves it out."""
+    e = make_core()
+    sb = pod("g", "guaranteed")
+    c = container(sb, "app", 2000, 2000)
+    e.run(sb, c)
+    e.handle(replace(resize(sb, c, 3000), at=1234.5))
+    e.settle()
+    assert e.assignments()[c.id]["resize"]["at"] == 1234.5
+    e.core.handle(resize(sb, c, 2000))  # straight to the core: not stamped
+    assert "at" not in e.assignments()[c.id]["resize"]
