@@ -64,7 +64,7 @@ def synchronize(core: NodeCore, event: Synchronize) -> Reply:
     core.seeded.clear()
     core.waiting = result.waiting
     core.quotas.reset()  # the first pass reads every exclusive pod's cgroup quota again
-    note_unreadable(result, core.metrics)
+    note_unreadable(result, core.count)
     for message in result.repairs:
         log.warning("state repaired", repair=message)
     core.commit()

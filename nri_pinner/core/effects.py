@@ -3,8 +3,9 @@ parked reply. The plugin adapter (`edge/plugin.py`) carries them out; results co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 from ..engine.cpuset import CPUSet
 from ..engine.topologymanager.explain import HintSummaries, settle_all
@@ -127,6 +128,31 @@ class Resolve:
     reply: Reply
 
 
+# the counters the core bumps (the edge's Prometheus counters of these names, edge/observe/metrics.py);
+# "rejected" is one refused admission, counted by reason and by the provider that refused
+CounterName = Literal["pinning_requests", "rejected", "fail_open", "bad_input", "late_replies", "resizes",
+                      "provider_admissions", "provider_rejections"]
+
+
+@dataclass(frozen=True)
+class Count:
+    """Add one to counter ``counter`` of the series ``labels`` (the core calls no metrics object)."""
+
+    counter: CounterName
+    labels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Timed:
+    """The event was a decision the edge times (the core reads no clock): it measures `NodeCore.handle`
+    for the event and reports the seconds — observed in histogram ``histogram`` (an admission), and/or
+    logged at info as ``message`` with ``fields`` and ``decision_ms`` (an applied resize)."""
+
+    histogram: Literal["allocation_seconds", ""] = ""
+    message: str = ""
+    fields: Mapping[str, object] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Refusal:
     """The request is refused with this message (the adapter fails the NRI call)."""
@@ -143,4 +169,4 @@ class Park:
 
 
 Effect = (WriteCgroups | Expedite | WriteCheckpoint | ArmTimer | ListPodResources | SyncRecords | Resolve
-          | SettleWhenIdle)
+          | SettleWhenIdle | Count | Timed)

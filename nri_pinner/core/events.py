@@ -66,6 +66,9 @@ class UpdateContainer:
     req: api.UpdateContainerRequest
     extras: Extras = field(default_factory=dict)  # for a fractional -> integer resize's fresh admission
     cgroups: CgroupReads = field(default_factory=dict)  # for adopting a container Synchronize did not list
+    # the wall time it reached the node thread (the edge stamps it: status shows it as the resize's "at"); None:
+    # not stamped (a test handing the core an event itself): status then shows no "at", never a made-up one
+    at: float | None = None
 
 
 @dataclass(frozen=True)

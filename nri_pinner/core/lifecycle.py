@@ -5,7 +5,6 @@ their pod, as the kubelet does (roles.py)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,7 @@ from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
 from ..nri.handlers import CpusetUpdate, CreateReply, UpdatesReply
 from . import pod_level, pod_scope_blocks
-from .effects import Refusal
+from .effects import Refusal, Timed
 from .events import CreateContainer, RemoveContainer, RemovePodSandbox, StartContainer, StopContainer, StopPodSandbox
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .rebuild import repin_waiting
@@ -26,6 +25,7 @@ from .reply_updates import UNLIMITED, reply_updates
 from .roles import decide_role, mark_sidecars, release_pod, role_at_create
 
 if TYPE_CHECKING:
+    from ..engine.decision import Decision
     from .node import NodeCore, Reply
 
 log = structlog.get_logger("nri_pinner.service")
@@ -36,18 +36,17 @@ def pending_updates(core: NodeCore, exclude: str = "") -> tuple[CpusetUpdate, ..
 
 
 def create(core: NodeCore, event: CreateContainer) -> Reply:
-    started = time.perf_counter()
-    req, m, node = event.req, core.metrics, core.node
+    req, node = event.req, core.node
     try:
         intent = intent_from_nri(req.pod, req.container)
     except IntentError as exc:
-        m.rejected("BadAnnotation")
-        m.bad_input.labels("annotation").inc()
+        core.count("rejected", "BadAnnotation")
+        core.count("bad_input", "annotation")
         log.info("create refused: bad annotation", pod=f"{req.pod.namespace}/{req.pod.name}",
                  container=req.container.name, error=str(exc))
         return Refusal(f"nri-pinner: {exc}")
     if intent.note:
-        m.bad_input.labels("noderesource").inc()
+        core.count("bad_input", "noderesource")
         log.warning("noderesource.dev/resources not used", pod=f"{req.pod.namespace}/{req.pod.name}",
                     container=intent.container, error=intent.note)
     intent = role_at_create(node, intent)
@@ -66,19 +65,19 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
                                intent.limit_milli, init=intent.init, restartable=intent.restartable,
                                pod_exclusive_cpus=None if intent.pod_level else _pod_cpus(core, req.pod), **extras)
     state, decision = in_block if in_block is not None else node.engine.admit(node.state, request)
-    m.count_providers(decision)
-    m.pinning_requests.inc()
-    m.allocation_seconds.observe(time.perf_counter() - started)
+    _count_providers(core, decision)
+    core.count("pinning_requests")
+    core.effects.append(Timed("allocation_seconds"))  # the edge times the create (the core reads no clock)
     outcome = "admitted"
     if not decision.admitted:
-        m.rejected(decision.reason)
+        core.count("rejected", decision.reason)
         core.record(decision, intent, "rejected")
         log.info("admission rejected", pod=f"{intent.namespace}/{intent.pod_name}",
                  container=intent.container, reason=decision.reason, message=decision.message)
         if core.settings.nri.on_reject == "fail":
             node.publish()  # the decision log shows the rejection
             return Refusal(f"nri-pinner: {decision.reason}: {decision.message}")
-        m.fail_open.labels("rejected").inc()
+        core.count("fail_open", "rejected")
         state, decision = node.engine.admit(node.state, replace(request, qos=QoS.BEST_EFFORT))
         outcome = "fail-open"
     node.state = state
@@ -105,6 +104,16 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
              **({"cgroup_cpus": str(own[0])} if own[0] != cpus else {}),
              **({"cfs_quota": f"{t.cfs_quota} -> unlimited"} if t.quota_removed else {}))
     return CreateReply(str(own[0]), mems_text(own[1]), updates, quota)
+
+
+def _count_providers(core: NodeCore, decision: Decision) -> None:
+    """Per hint provider: the admissions it took part in, or the rejections it could not be satisfied in."""
+    if decision.admitted:
+        for provider in decision.provider_hints:
+            core.count("provider_admissions", provider)
+    else:
+        for name in sorted({b.split("[")[0] for b in decision.blamed}):
+            core.count("provider_rejections", name)
 
 
 def start(core: NodeCore, event: StartContainer) -> Reply:

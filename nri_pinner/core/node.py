@@ -7,6 +7,10 @@ must carry out (core/effects.py). It does no I/O, takes no lock and starts no th
 back as events on that thread's queue. What it decides is published as an immutable `View` after
 each change, for readers on other threads (status, metrics, the stub's budget fallbacks).
 
+It reads no clock and calls no metrics object (tests/core/test_core_no_clock.py): wall time comes in
+on the events that need it (stamped by the edge), the edge times a decision around `handle` (a `Timed`
+effect says which), counters leave as `Count` effects, and the pool gauges are read from the view.
+
 The rules live beside it: container lifecycle (`lifecycle.py`), resize (`resizing.py`), connection
 and Synchronize (`connection.py`), drift and hotplug (`repairs.py`), cgroup passes and parked replies
 (`passes.py`); who is init or app (`roles.py`), what the kubelet meant (`intent.py`), rebuilding
@@ -24,7 +28,7 @@ from ..engine.admission import Decision, Engine
 from ..nri.handlers import CreateReply, UpdatesReply
 from . import connection, lifecycle, quotas, repairs, resizing
 from .checkpoint import Snapshot, checkpoint_entries, entry_extras
-from .effects import Effect, ListPodResources, Park, Refusal, Resolve, SettleWhenIdle, WriteCheckpoint
+from .effects import Count, Effect, ListPodResources, Park, Refusal, Resolve, SettleWhenIdle, WriteCheckpoint
 from .events import (
     AwaitPass,
     CgroupsWritten,
@@ -62,7 +66,7 @@ from .runtime_records import RecordSync
 
 if TYPE_CHECKING:
     from ..config import Settings  # a type only: the settings module reads and checks files
-    from .counters import Counters
+    from .effects import CounterName
 
 Drifts = list[tuple[Drift, str]]  # the reconcile edge's drifts, each with how it was repaired
 # What `handle` answers an event with: a typed NRI reply (nri/handlers.py: CreateContainer's `CreateReply`;
@@ -79,9 +83,9 @@ class Outcome:
 
 
 class NodeCore:
-    def __init__(self, settings: Settings, engine: Engine, metrics: Counters, prior: Mapping[str, Any] | None = None,
+    def __init__(self, settings: Settings, engine: Engine, prior: Mapping[str, Any] | None = None,
                  cgroup_writes: bool = True, qos_slices: Sequence[str] | None = None) -> None:
-        self.settings, self.metrics = settings, metrics
+        self.settings = settings
         self.node = NodeState(engine, engine.initial_state())
         self.cgroup_writes = cgroup_writes
         self.prior = checkpoint_entries(prior)  # container id -> checkpoint entry (a hint for rebuild)
@@ -174,8 +178,10 @@ class NodeCore:
         if self.cgroup_writes:
             self.passes.want(view.generation)
             self.records.changed()
-        self.metrics.shared_pool_cpus.set(len(view.shared_pool))
-        self.metrics.exclusive_cpus.set(len(view.state.exclusive_cpus()))
+
+    def count(self, counter: CounterName, *labels: str) -> None:
+        """One more of a counter: handed to the edge as an effect (the core calls no metrics object)."""
+        self.effects.append(Count(counter, labels))
 
     def emit(self, effect: Effect) -> None:
         """An effect of the event being handled. One List and one batch of hint summaries to settle per

@@ -135,7 +135,7 @@ class PassBook:
             waiter = self.waiters.pop(int(name[5:]), None)
             if waiter is not None:
                 if waiter.what in ("StartContainer", "UpdateContainer"):
-                    self.core.metrics.late_replies.labels(waiter.what).inc()
+                    self.core.count("late_replies", waiter.what)
                 log.warning("shared cgroups not yet written when a reply waiting for them is due", reply=waiter.what,
                             waited_s=self.wait_seconds)
                 self.core.resolve(waiter.token, waiter.reply(True))

@@ -26,7 +26,7 @@ from .intent import GUARANTEED, UNMANAGED, ContainerIntent, intent_from_nri, qos
 from .records import Mems, NodeState, Told, Tracked
 
 if TYPE_CHECKING:
-    from .counters import Counters
+    from .effects import CounterName
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -101,13 +101,13 @@ def _intent(pod: api.PodSandbox, c: api.Container, unreadable: list[Unreadable])
         return _shared_intent(pod, c)
 
 
-def note_unreadable(result: Rebuilt, metrics: Counters) -> None:
+def note_unreadable(result: Rebuilt, count: Callable[[CounterName, str], None]) -> None:
     """Log and count what Synchronize could not read (the node was synchronized without it)."""
     for u in result.unreadable:
         pod, _, name = u.who.rpartition("/")
         log.warning("container data unreadable: running it on the shared pool", pod=pod, container=name,
                     container_id=u.container_id[:12], error=u.error)
-        metrics.bad_input.labels(u.source).inc()
+        count("bad_input", u.source)
 
 
 def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],

@@ -17,7 +17,6 @@ call: runc update is not run, the container keeps everything it had, and the kub
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +29,7 @@ from ..engine.cpuset import CPUSet, CPUSetError
 from ..nri.gen import api_pb2 as api
 from ..nri.handlers import UpdatesReply
 from . import pod_level
-from .effects import Refusal
+from .effects import Refusal, Timed
 from .events import UpdateContainer, UpdatePodSandbox
 from .intent import GUARANTEED, cpu_limit_milli, shares_to_milli
 from .lifecycle import pending_updates, release_seeded
@@ -152,7 +151,7 @@ def _adopt(core: NodeCore, event: UpdateContainer) -> Tracked | None:
     node.containers[c.id] = t
     node.told.update(result.told)
     core.waiting.extend(result.waiting)
-    note_unreadable(result, core.metrics)
+    note_unreadable(result, core.count)
     for message in result.repairs:
         log.warning("state repaired", repair=message)
     log.warning("container not known from Synchronize adopted on its update", pod=f"{req.pod.namespace}/"
@@ -198,29 +197,28 @@ def _reply(core: NodeCore, t: Tracked, resized: bool) -> Reply:
 def _resize(core: NodeCore, t: Tracked, event: UpdateContainer) -> int | Refusal:
     """Apply a kubelet resize; returns the generation the reply must wait for (0: none)."""
     node, req = core.node, event.req
-    started = time.perf_counter()
     request, limit = requested(t, req.linux_resources)
     before = node.desired(t)[0]
     if t.intent.pod_level:  # the kubelet's managers skip such a pod at a resize too (pod_level.py)
         t.intent = replace(t.intent, limit_milli=limit)
         _note(core, t, "pod-level", "", before, before, request, limit,
               "its pod uses pod-level resources: resize keeps its CPUs (the shared pool, or under the "
-              "PodLevelResourceManagers gate its own exclusive ones)")
+              "PodLevelResourceManagers gate its own exclusive ones)", at=event.at)
         return 0
     if t.intent.source != "cgroup":  # the pod's annotation fixes the CPUs; the kubelet's values do not
         _note(core, t, "annotation", "", before, before, request, limit,
-              "CPUs come from a nri-pinner.io annotation; resize keeps them")
+              "CPUs come from a nri-pinner.io annotation; resize keeps them", at=event.at)
         return 0
     state, d = node.engine.resize(node.state, *t.key, t.intent.qos, request, limit, like=_like(core, t, event))
     if not d.applied:
-        _note(core, t, "refused", d.reason, before, before, request, limit, d.message)
+        _note(core, t, "refused", d.reason, before, before, request, limit, d.message, at=event.at)
         node.publish()  # status shows the refusal
         return Refusal(f"nri-pinner: resize of {t.key[1]!r} to {request}m/{limit}m refused: "
                        f"{d.reason}: {d.message}; the container keeps CPUs {before}", "resize")
     node.state = state
     t.intent = replace(t.intent, request_milli=request, limit_milli=limit)
     after = node.desired(t)[0]
-    _note(core, t, d.kind, "", before, after, request, limit, "", d, time.perf_counter() - started)
+    _note(core, t, d.kind, "", before, after, request, limit, "", d, at=event.at)
     core.commit()  # a pass follows: narrowing writes first, then widening (passes.py)
     if not t.started:
         t.start_after = node.generation  # its start waits for a pass that saw the new CPUs
@@ -244,22 +242,28 @@ def _like(core: NodeCore, t: Tracked, event: UpdateContainer) -> AdmissionReques
 
 
 def _note(core: NodeCore, t: Tracked, outcome: str, reason: str, before: CPUSet, after: CPUSet, request: int,
-          limit: int, message: str, d: ResizeDecision | None = None, seconds: float = 0.0) -> None:
-    """Log, count and remember (for status) one resize."""
+          limit: int, message: str, d: ResizeDecision | None = None, at: float | None = None) -> None:
+    """Log, count and remember (for status) one resize. ``at``: the wall time the edge received the
+    update (`UpdateContainer.at`; None, from an event the edge did not stamp: status shows no "at").
+    An applied resize is logged by the edge, which times the decision (`Timed`: ``decision_ms``)."""
     entry: dict[str, Any] = {"outcome": outcome, "before": str(before), "after": str(after),
-                             "request_milli": request, "limit_milli": limit, "at": time.time()}
+                             "request_milli": request, "limit_milli": limit,
+                             **({"at": at} if at is not None else {})}
     if d is not None:
         entry.update(kept=str(d.kept), added=str(d.added), released=str(d.released))
     if reason:
         entry.update(reason=reason, message=message)
     t.last_resize = entry
-    core.metrics.resizes.labels(outcome, reason).inc()
+    core.count("resizes", outcome, reason)
     who = {"pod": f"{t.intent.namespace}/{t.intent.pod_name}", "container": t.key[1]}
     if outcome == "refused":
         log.info("resize refused", **who, reason=reason, message=message, before=str(before),
                  request_milli=request, limit_milli=limit)
-    else:
+    elif d is None:
         log.info("container resized", **who, kind=outcome, before=str(before), after=str(after),
-                 request_milli=request, limit_milli=limit, **({"note": message} if message else {}),
-                 **({"kept": str(d.kept), "added": str(d.added), "released": str(d.released),
-                     "decision_ms": round(seconds * 1000, 3)} if d is not None else {}))
+                 request_milli=request, limit_milli=limit, **({"note": message} if message else {}))
+    else:  # logged by the edge once it has timed the update: decision_ms (the core reads no clock)
+        core.effects.append(Timed(message="container resized", fields={
+            **who, "kind": outcome, "before": str(before), "after": str(after), "request_milli": request,
+            "limit_milli": limit, **({"note": message} if message else {}), "kept": str(d.kept),
+            "added": str(d.added), "released": str(d.released)}))

@@ -99,10 +99,8 @@ class Service:
         cri = CRIClient(settings.reconcile.cri_socket) if settings.reconcile.cri_socket else None
         self.reconciler = Reconciler(settings, self.plugin, self.stub, self.metrics, cri)
         writer = self.plugin.writer
+        # the pools, connection and writes are read at scrape time (the pool gauges from the core's view)
         self.metrics.watch(self.stub, self.plugin.view, writer.counts if writer is not None else None)
-        view = self.plugin.view()  # the pools before the first event (the checkpoint's, or all shared)
-        self.metrics.shared_pool_cpus.set(len(view.shared_pool))
-        self.metrics.exclusive_cpus.set(len(view.state.exclusive_cpus()))
         self.listener: Listener | None = None
 
     def document(self) -> dict[str, Any]:

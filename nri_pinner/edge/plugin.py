@@ -47,6 +47,7 @@ from .cgroups.paths import CgroupError
 from .checkpoint.writer import CheckpointWriter
 from .clients.podresources import PodResources
 from .nic_lookup.lookup import NicLookup
+from .observe.core_measures import OBSERVED, carry_out, timed
 from .observe.metrics import Metrics
 from .replies import expect, resolver
 from .request_intake import Intake
@@ -86,7 +87,7 @@ class PinnerPlugin:
         self.intake.podresources = podresources
         self.checkpoints = CheckpointWriter(settings.state.checkpoint)
         self.writer, slices = cgroup_writer(settings.reconcile)  # None: writes off; slices: qos_slices.py
-        self.core = NodeCore(settings, engine, metrics, prior_checkpoint, cgroup_writes=self.writer is not None,
+        self.core = NodeCore(settings, engine, prior_checkpoint, cgroup_writes=self.writer is not None,
                              qos_slices=slices)
         self.podresources = podresources
         if podresources is not None:  # init/app roles from the kubelet's List, delivered on the node thread
@@ -116,8 +117,8 @@ class PinnerPlugin:
     # -- the core's doorways -----------------------------------------------------------------------
     def handle(self, event: ev.Event) -> Reply:
         """On the node thread: one event through the core, its effects carried out; the reply."""
-        outcome = self.core.handle(event)
-        self._carry_out(outcome)
+        outcome, seconds = timed(self.core, event)  # the edge's clock: the core reads none
+        self._carry_out(outcome, seconds)
         return outcome.reply
 
     def post(self, event: ev.Event) -> None:
@@ -168,7 +169,7 @@ class PinnerPlugin:
         except Exception as exc:  # the node thread must survive anything one event meets
             log.error("core event failed", event=type(event).__name__, error=repr(exc))
 
-    def _carry_out(self, outcome: Outcome) -> None:
+    def _carry_out(self, outcome: Outcome, seconds: float = 0.0) -> None:
         for effect in outcome.effects:
             if isinstance(effect, WriteCgroups):
                 assert self.passes is not None
@@ -178,6 +179,8 @@ class PinnerPlugin:
                 self.passes.expedite(effect.pass_id)
             elif isinstance(effect, WriteCheckpoint):
                 self.checkpoints.submit(effect.snapshot)
+            elif isinstance(effect, OBSERVED):  # counters, and a decision timed (``seconds``: the core's)
+                carry_out(self.metrics, effect, seconds)
             elif isinstance(effect, ArmTimer):
                 self.timers.arm(effect.name, effect.seconds)
             elif isinstance(effect, SyncRecords):

@@ -24,9 +24,20 @@ from typing import Any
 from nri_pinner.config import Settings, from_mapping
 from nri_pinner.core import events as ev
 from nri_pinner.core.checkpoint import Snapshot
-from nri_pinner.core.effects import ArmTimer, Effect, Expedite, Park, Resolve, WriteCgroups, WriteCheckpoint
+from nri_pinner.core.effects import (
+    ArmTimer,
+    Count,
+    Effect,
+    Expedite,
+    Park,
+    Resolve,
+    Timed,
+    WriteCgroups,
+    WriteCheckpoint,
+)
 from nri_pinner.core.node import NodeCore, Outcome
 from nri_pinner.edge.app import build_engine
+from nri_pinner.edge.observe.core_measures import carry_out, timed
 from nri_pinner.edge.observe.metrics import Metrics
 from nri_pinner.edge.observe.status_server import status_document
 from nri_pinner.engine.cpuset import CPUSet
@@ -130,7 +141,7 @@ class Edge:
 
     core: NodeCore
     topology: Topology
-    metrics: Metrics  # the core's counters (it names them only as `Counters`)
+    metrics: Metrics  # where the core's `Count`s and `Timed`s are carried out, as the plugin does
     armed: dict[str, float] = field(default_factory=dict)
     in_flight: list[WriteCgroups] = field(default_factory=list)
     history: list[WriteCgroups] = field(default_factory=list)  # every pass the core dispatched
@@ -144,9 +155,11 @@ class Edge:
     restored: dict[str, int] = field(default_factory=dict)
 
     def handle(self, event: ev.Event) -> Outcome:
-        outcome = self.core.handle(event)
+        outcome, seconds = timed(self.core, event)  # as the plugin does: stamped, and the core's time measured
         for effect in outcome.effects:
-            if isinstance(effect, ArmTimer):
+            if isinstance(effect, Count | Timed):
+                carry_out(self.metrics, effect, seconds)
+            elif isinstance(effect, ArmTimer):
                 self.armed[effect.name] = effect.seconds
             elif isinstance(effect, WriteCgroups):
                 assert not self.in_flight, "a second pass while one is in flight"
@@ -272,7 +285,7 @@ def make_core(settings: Settings | None = None, *, cgroup_writes: bool = True,
     topology = discover(settings.sysfs_root)
     engine, _nics = build_engine(settings, topology)
     metrics = Metrics()
-    edge = Edge(NodeCore(settings, engine, metrics, prior=prior, cgroup_writes=cgroup_writes), topology, metrics)
+    edge = Edge(NodeCore(settings, engine, prior=prior, cgroup_writes=cgroup_writes), topology, metrics)
     edge.handle(ev.Configured(request_timeout_ms))
     if synchronized:
         out = edge.handle(ev.Synchronize([], []))

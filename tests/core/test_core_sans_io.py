@@ -136,15 +136,14 @@ from nri_pinner.config import from_mapping
 from nri_pinner.engine.admission import Engine
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.edge.observe.metrics import Metrics
+import structlog  # the edge sets up logging before any core runs (structlog imports asyncio, ssl)
 
-# the edge's part, before the guard: settings, sysfs, the engine, the metrics registry
+# the edge's part, before the guard: settings, sysfs, the engine, logging
 settings = from_mapping({
     "sysfs_root": SYSFS, "cpu_manager": {"reserved_cpus": "0"}, "nri": {"socket": "/nonexistent/nri.sock"},
     "state": {"checkpoint": "/nonexistent/cp.json"}, "inspect": {"socket": "/nonexistent/i.sock"},
     "reconcile": {"period_seconds": 0, "cri_socket": "", "cgroup_root": "/nonexistent/cgroup"}}, "<core test>")
 engine = Engine.from_settings(settings, discover(settings.sysfs_root), [], memory=None)
-metrics = Metrics()
 assert not any(m.startswith("nri_pinner.core") for m in sys.modules), "core imported before the guard"
 
 def refuse(what):
@@ -174,7 +173,7 @@ from nri_pinner.core import events as ev
 from nri_pinner.core.effects import ArmTimer, Park, WriteCgroups
 from nri_pinner.core.node import NodeCore
 
-core = NodeCore(settings, engine, metrics, prior=None, cgroup_writes=True)
+core = NodeCore(settings, engine, prior=None, cgroup_writes=True)
 timers, flight = set(), []
 
 def handle(event):

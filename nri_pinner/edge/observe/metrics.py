@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ...core.effects import CounterName
     from ...core.records import View
     from ..cgroups.cpuset_writer import WriteCounts
 
@@ -74,8 +75,6 @@ class Metrics:
                                         "provider that refused", ["reason", "provider"], registry=r)
         self.fail_open = Counter("nri_pinner_fail_open", "Containers started on the shared pool instead",
                                  ["cause"], registry=r)
-        self.shared_pool_cpus = Gauge("nri_pinner_shared_pool_cpus", "CPUs in the shared pool", registry=r)
-        self.exclusive_cpus = Gauge("nri_pinner_exclusive_cpus", "CPUs held exclusively", registry=r)
         self.allocation_seconds = Histogram(
             "nri_pinner_allocation_duration_seconds", "Time to decide one admission",
             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0), registry=r)
@@ -125,14 +124,13 @@ class Metrics:
         self.cgroup_writes: WriteCounts | None = None  # the writer's counters (updated in place), read at scrape
         r.register(_LiveCollector(self))
 
-    def count_providers(self, decision: Any) -> None:
-        """Per-provider admission/rejection counts from an engine ``Decision``."""
-        if decision.admitted:
-            for provider in decision.provider_hints:
-                self.provider_admissions.labels(provider).inc()
-        else:
-            for name in {b.split("[")[0] for b in decision.blamed}:
-                self.provider_rejections.labels(name).inc()
+    def count(self, counter: CounterName, labels: tuple[str, ...] = ()) -> None:
+        """One more of a counter the core counts (its `Count` effect): the attribute of that name."""
+        if counter == "rejected":
+            self.rejected(*labels)
+            return
+        metric: Counter = getattr(self, counter)
+        (metric.labels(*labels) if labels else metric).inc()
 
     def watch(self, stub: ConnectionView, view: Callable[[], View], cgroup_writes: WriteCounts | None = None) -> None:
         """Where connection state, pools and the cgroup writer's counters are read from at scrape time."""
@@ -174,8 +172,13 @@ class _LiveCollector(Collector):
         shared = GaugeMetricFamily("nri_pinner_numa_shared_cpus", "CPUs of the shared pool, per NUMA node",
                                    labels=["numa_node"])
         total = GaugeMetricFamily("nri_pinner_numa_online_cpus", "Online CPUs, per NUMA node", labels=["numa_node"])
+        # the pools, read from the core's newest published view (the one place these gauges are set)
+        pool_cpus = GaugeMetricFamily("nri_pinner_shared_pool_cpus", "CPUs in the shared pool")
+        held_cpus = GaugeMetricFamily("nri_pinner_exclusive_cpus", "CPUs held exclusively")
         if m.view is not None:
             view = m.view()  # the newest published view: immutable, read without any lock
+            pool_cpus.add_metric([], len(view.shared_pool))
+            held_cpus.add_metric([], len(view.state.exclusive_cpus()))
             engine, state = view.engine, view.state
             held, pool = state.exclusive_cpus(), engine.policy.shared_pool(state) or engine.policy.reserved
             topo = engine.topology
@@ -184,6 +187,8 @@ class _LiveCollector(Collector):
                 exclusive.add_metric([str(node)], len(cpus & held))
                 shared.add_metric([str(node)], len(cpus & pool))
                 total.add_metric([str(node)], len(cpus))
+        yield pool_cpus
+        yield held_cpus
         yield exclusive
         yield shared
         yield total
