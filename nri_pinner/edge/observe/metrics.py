@@ -76,7 +76,8 @@ class Metrics:
         self.fail_open = Counter("nri_pinner_fail_open", "Containers started on the shared pool instead",
                                  ["cause"], registry=r)
         self.allocation_seconds = Histogram(
-            "nri_pinner_allocation_duration_seconds", "Time to decide one admission",
+            "nri_pinner_allocation_duration_seconds",
+            "Time the node core takes for one create (the admission and its bookkeeping)",
             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0), registry=r)
         self.nri_reconnects = Counter("nri_pinner_nri_reconnects", "NRI (re)connections", registry=r)
         self.reconcile_repairs = Counter("nri_pinner_reconcile_repairs", "Drifted cpusets repaired",
