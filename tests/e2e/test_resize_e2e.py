@@ -33,11 +33,12 @@ def _resize(runtime: PrivateContainerd, cid: str, milli: int) -> None:
 
 
 def _quota(runtime: PrivateContainerd, cid: str) -> int:
-    """The container's cpu.cfs_quota_us (cgroup v1 cpu controller; v2: the first field of cpu.max)."""
+    """The container's cpu.cfs_quota_us (cgroup v1 cpu controller; v2: the first field of cpu.max, whose
+    "max" is v1's -1: first read in the VM tier's cgroup v2 guest, where int("max") failed)."""
     cgroup = runtime.cgroup_dir(cid, "cpu")
     v1 = cgroup / "cpu.cfs_quota_us"
     text = v1.read_text() if hc.CGROUP_ROOT.joinpath("cpu").is_dir() else (cgroup / "cpu.max").read_text().split()[0]
-    return int(text)
+    return -1 if text.strip() == "max" else int(text)
 
 
 def test_resize_fractional_to_exclusive_and_back_and_a_refused_grow(containerd: PrivateContainerd) -> None:
