@@ -27,26 +27,17 @@ def unique(prefix: str) -> str:
 
 def in_netns(path: str, fn: Callable[[IPRoute], T]) -> T:
     """Run ``fn`` with a netlink socket inside the namespace, on a thread that ends afterwards."""
-    box: dict[str, Any] = {}
 
-    def run() -> None:
+    def run() -> T:
+        fd = os.open(path, os.O_RDONLY)
         try:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                netns.setns(fd, flags=0)
-            finally:
-                os.close(fd)
-            with IPRoute() as ip:
-                box["value"] = fn(ip)
-        except BaseException as exc:
-            box["error"] = exc
+            netns.setns(fd, flags=0)
+        finally:
+            os.close(fd)
+        with IPRoute() as ip:
+            return fn(ip)
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    return on_thread(run)
 
 
 def on_thread(fn: Callable[..., T], *args: Any) -> T:
