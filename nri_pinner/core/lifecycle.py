@@ -89,7 +89,7 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     cpus, mems = node.desired(t)
     # below a confirmed QoS slice runc creates the cgroup (and tells systemd) with the wide set the slice
     # bounds: its start then needs no systemd call of ours to widen it (core/qos_slices.py)
-    own = core.slices.own(t) if core.cgroup_writes and core.slices.holds(t) else (cpus, mems)
+    own = core.slices.own(t)  # (cpus, mems) unless below a confirmed slice
     node.told[t.container_id] = node.recorded[t.container_id] = own
     updates = pending_updates(core, exclude=t.container_id)
     core.record(decision, intent, outcome)
