@@ -123,7 +123,7 @@ def test_drift_repaired_through_cri_under_pod_churn(containerd: PrivateContainer
             # told, then our own write. The next drift waits for the repair to be counted, so a
             # late write of this repair cannot pass for the repair of the next drift.
             if wait_for(lambda: containerd.cgroup_cpuset(b) == ALL, timeout=5, interval=0.05) and \
-                    wait_for(lambda: pinner.status()["health"]["reconcile_repairs"] >= drifts,
+                    wait_for(lambda n=drifts: pinner.status()["health"]["reconcile_repairs"] >= n,
                              timeout=5, interval=0.1):
                 repaired += 1
             time.sleep(max(0.0, 1.0 - (time.monotonic() - started) % 1.0))
