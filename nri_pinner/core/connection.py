@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ..engine.admission import AdmissionRequest
+from ..engine.admission_engine import AdmissionRequest
 from ..engine.qos import QoS
 from ..nri.handlers import UpdatesReply
 from . import pod_level, pod_scope_blocks

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ..engine.admission import AdmissionRequest
+from ..engine.admission_engine import AdmissionRequest
 from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api

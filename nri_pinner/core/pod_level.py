@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..engine.admission import AdmissionRequest
+from ..engine.admission_engine import AdmissionRequest
 from ..engine.qos import QoS
 from .intent import GUARANTEED, ContainerIntent, cpu_limit_milli
 from .records import NodeState, Tracked

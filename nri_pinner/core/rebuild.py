@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..engine.admission import AdmissionRequest, Engine
+from ..engine.admission_engine import AdmissionRequest, Engine
 from ..engine.cpumanager.state import Assignment, EngineState, PodBlock
 from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import EMPTY, CPUSet, CPUSetError

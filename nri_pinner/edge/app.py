@@ -16,7 +16,7 @@ import structlog
 from .. import __version__
 from ..config import CONFIG_PATH, ConfigError, Settings, load, load_file
 from ..config.validate import reserved_warnings
-from ..engine.admission import Engine
+from ..engine.admission_engine import Engine
 from ..engine.devicemanager.podresources import PodResourcesHintProvider
 from ..engine.errors import PolicyOptionError
 from ..engine.nicmanager.hints import NicHintProvider

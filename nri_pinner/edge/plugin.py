@@ -36,7 +36,7 @@ from ..core.node import NodeCore, Outcome, Reply
 from ..core.records import NodeState, Told, View
 from ..core.reply_updates import cpu_update, view_update
 from ..core.resizing import adoptable, is_resize
-from ..engine.admission import Engine
+from ..engine.admission_engine import Engine
 from ..engine.cpuset import CPUSetError
 from ..engine.devicemanager.podresources import PodResourcesView
 from ..nri.gen import api_pb2 as api
