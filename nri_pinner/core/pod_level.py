@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("nri_pinner.service")
 
 
-def gated(settings: Settings) -> bool:
+def gate_on_in_container_scope(settings: Settings) -> bool:
     """The kubelet's PodLevelResourceManagers gate as configured (config refuses it in pod scope)."""
     tm = settings.topology_manager
     return tm.pod_level_resource_managers and tm.scope == "container"

@@ -143,7 +143,8 @@ def _adopt(core: NodeCore, event: UpdateContainer) -> Tracked | None:
     entry = core.prior.get(c.id)
     cgroups = event.cgroups
     result = rebuild(node.engine, {c.id: entry} if entry is not None else {}, [req.pod], [c],
-                     cgroups.get if cgroups else None, start=node.state, gated=pod_level.gated(core.settings))
+                     cgroups.get if cgroups else None, start=node.state,
+                     gated=pod_level.gate_on_in_container_scope(core.settings))
     t = result.containers.get(c.id)
     if t is None:
         return None
