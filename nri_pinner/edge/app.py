@@ -24,7 +24,7 @@ from ..engine.topology.model import Topology
 from ..engine.topology.sysfs import SysfsError, discover
 from ..engine.topologymanager.hints import HintProvider
 from ..nri.stub import Stub, serve
-from ..nri.stub.handlers import HandlerThread
+from ..nri.stub.handler_calls import HandlerThread
 from . import instance_lock
 from .checkpoint.file import read as read_checkpoint
 from .clients.cri import CRIClient

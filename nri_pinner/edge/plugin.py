@@ -41,7 +41,7 @@ from ..engine.cpuset import CPUSetError
 from ..engine.devicemanager.podresources import PodResourcesView
 from ..nri.gen import api_pb2 as api
 from ..nri.handlers import CreateReply, ParkedReply, UpdatesReply
-from ..nri.stub.handlers import HandlerThread
+from ..nri.stub.handler_calls import HandlerThread
 from .cgroups.passes import PassRunner, cgroup_writer
 from .cgroups.paths import CgroupError
 from .checkpoint.writer import CheckpointWriter

@@ -19,7 +19,7 @@ from examples.logger import EventLogger
 from examples.pin_fixed import FixedPinner
 from nri_pinner.nri import handlers as h
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub.handlers import (
+from nri_pinner.nri.stub.handler_calls import (
     ADJUSTING_EVENTS,
     GENERIC_STATE_HANDLER,
     STATE_EVENTS,

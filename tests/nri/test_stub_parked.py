@@ -12,7 +12,7 @@ from stub_test_helpers import containers, make_stub, pods
 
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import CpusetUpdate, CreateReply, ParkedReply, UpdatesReply
-from nri_pinner.nri.stub.handlers import HandlerThread, HandlerTimeout, call_with_budget
+from nri_pinner.nri.stub.handler_calls import HandlerThread, HandlerTimeout, call_with_budget
 from nri_pinner.nri.stub.wire import UNKNOWN, TtrpcStatusError
 from testkit.fake_runtime import CONTAINERD_2_1_9, CONTAINERD_2_3_0, FakeRuntime, running_stub
 

@@ -54,7 +54,7 @@ from nri_pinner.nri.stub.dispatch import (
     Dispatcher,
     StubStats,
 )
-from nri_pinner.nri.stub.handlers import HandlerThread, call_with_budget, event_names
+from nri_pinner.nri.stub.handler_calls import HandlerThread, call_with_budget, event_names
 from nri_pinner.nri.stub.wire import KvLogger, PeerClosedError, TtrpcPeer, TtrpcStatusError
 
 __all__ = [
