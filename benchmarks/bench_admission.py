@@ -35,7 +35,7 @@ from shapes import machine
 from timing import p99, time_admissions
 
 from nri_pinner.config import from_mapping
-from nri_pinner.engine.admission import AdmissionRequest, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Engine
 from nri_pinner.engine.cpumanager.state import EngineState
 from nri_pinner.engine.topology.model import Topology
 from nri_pinner.engine.topologymanager.hints import TopologyHint, mask_of

@@ -34,7 +34,7 @@ from shapes import machine
 
 from nri_pinner.config import from_mapping
 from nri_pinner.edge.nic_lookup.lookup import NicLookup
-from nri_pinner.engine.admission import AdmissionRequest, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Engine
 from nri_pinner.engine.cpumanager.state import EngineState
 from nri_pinner.engine.nicmanager.hints import NicHintProvider, NicTable, nic_hints
 from nri_pinner.engine.topology.model import Topology

@@ -7,7 +7,7 @@ import statistics
 import time
 from collections.abc import Iterable
 
-from nri_pinner.engine.admission import AdmissionRequest, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Engine
 from nri_pinner.engine.cpumanager.state import EngineState
 
 

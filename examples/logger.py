@@ -28,7 +28,7 @@ from google.protobuf.message import Message
 from examples.cli import run_example
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub import DEFAULT_SOCKET_PATH, Stub, serve
-from nri_pinner.nri.stub.handlers import STATE_EVENTS
+from nri_pinner.nri.stub.handler_calls import STATE_EVENTS
 
 
 def _fields(message: Message) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 from nri_pinner.nri import codec
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.stub.dispatch import PLUGIN_SERVICE, RUNTIME_SERVICE
-from nri_pinner.nri.stub.handlers import STATE_EVENTS, event_bit
+from nri_pinner.nri.stub.handler_calls import STATE_EVENTS, event_bit
 from nri_pinner.nri.stub.wire import (
     UNIMPLEMENTED,
     UNKNOWN,

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
 from ..config import ConfigError, from_mapping
-from ..engine.admission import AdmissionRequest, Engine
+from ..engine.admission_engine import AdmissionRequest, Engine
 from ..engine.cpumanager.state import EngineState
 from ..engine.errors import EngineError
 from ..engine.nicmanager.hints import NicHintProvider, NicTable

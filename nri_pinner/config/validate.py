@@ -42,7 +42,7 @@ def _host_key(message: str, settings: Settings) -> tuple[str, ...]:
 
 def host_problems(settings: Settings, source: str) -> list[Problem]:
     """What `run` would refuse on this host (the same calls: discover, then Engine.from_settings)."""
-    from ..engine.admission import Engine
+    from ..engine.admission_engine import Engine
     from ..engine.errors import EngineError
     from ..engine.topology.sysfs import SysfsError, discover
 
@@ -96,7 +96,7 @@ def quota_warnings(settings: Settings) -> list[str]:
 def host_warnings(settings: Settings) -> list[str]:
     """Warnings about a valid config on this host (see `reserved_warnings`, `quota_warnings`); none about
     the CPUs when the host's checks fail (those are errors, reported by `host_problems`)."""
-    from ..engine.admission import Engine
+    from ..engine.admission_engine import Engine
     from ..engine.errors import EngineError
     from ..engine.topology.sysfs import SysfsError, discover
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.admission import Engine
+from ..engine.admission_engine import Engine
 from ..engine.cpumanager.state import Assignment, EngineState
 from ..engine.cpuset import CPUSet
 from ..engine.memorymanager.provider import memory_state

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ..engine.admission import AdmissionRequest
+from ..engine.admission_engine import AdmissionRequest
 from ..engine.qos import QoS
 from ..nri.handlers import UpdatesReply
 from . import pod_level, pod_scope_blocks
@@ -58,7 +58,8 @@ def synchronize(core: NodeCore, event: Synchronize) -> Reply:
     node = core.node
     cgroups = event.cgroups
     result = rebuild(node.engine, core.prior, event.pods, event.containers, cgroups.get if cgroups else None,
-                     gated=pod_level.gated(core.settings), pod_scope=pod_scope_blocks.gated(core.settings))
+                     gated=pod_level.gate_on_in_container_scope(core.settings),
+                     pod_scope=pod_scope_blocks.gate_on_in_pod_scope(core.settings))
     node.state, node.containers = result.state, Containers(result.containers)
     node.told, node.via_reply, node.recorded = result.told, set(), result.recorded
     core.seeded.clear()

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.admission import Engine
+from ..engine.admission_engine import Engine
 from ..engine.cpuset import CPUSet
 from ..nri.gen import api_pb2 as api
 from .records import Mems, Told

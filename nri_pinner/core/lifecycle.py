@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ..engine.admission import AdmissionRequest
+from ..engine.admission_engine import AdmissionRequest
 from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.qos import QoS
 from ..nri.gen import api_pb2 as api
@@ -51,7 +51,7 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
                     container=intent.container, error=intent.note)
     intent = role_at_create(node, intent)
     # spec.resources: the kubelet's managers skip the pod (gated: all but its Guaranteed-equivalent containers)
-    intent = pod_level.settle(node, intent, req.pod, pod_level.gated(core.settings))
+    intent = pod_level.settle(node, intent, req.pod, pod_level.gate_on_in_container_scope(core.settings))
     in_block = pod_scope_blocks.admission(node, core.settings, intent, req.pod)  # pod scope, gated
     if in_block is not None:  # in its pod's block: never admitted on its own (request read as 0)
         intent = pod_level.as_pod_level(intent, intent.pod_level or "noderesource")

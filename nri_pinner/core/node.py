@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..engine.admission import Decision, Engine
+from ..engine.admission_engine import Decision, Engine
 from ..nri.handlers import CreateReply, UpdatesReply
 from . import connection, lifecycle, quotas, repairs, resizing
 from .checkpoint import Snapshot, checkpoint_entries, entry_extras

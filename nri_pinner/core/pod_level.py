@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..engine.admission import AdmissionRequest
+from ..engine.admission_engine import AdmissionRequest
 from ..engine.qos import QoS
 from .intent import GUARANTEED, ContainerIntent, cpu_limit_milli
 from .records import NodeState, Tracked
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("nri_pinner.service")
 
 
-def gated(settings: Settings) -> bool:
+def gate_on_in_container_scope(settings: Settings) -> bool:
     """The kubelet's PodLevelResourceManagers gate as configured (config refuses it in pod scope)."""
     tm = settings.topology_manager
     return tm.pod_level_resource_managers and tm.scope == "container"

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("nri_pinner.service")
 
 
-def gated(settings: Settings) -> bool:
+def gate_on_in_pod_scope(settings: Settings) -> bool:
     """The kubelet's PodLevelResourceManagers gate on, in topology-manager pod scope."""
     tm = settings.topology_manager
     return tm.pod_level_resource_managers and tm.scope == "pod"
@@ -121,7 +121,7 @@ def admission(node: NodeState, settings: Settings, intent: ContainerIntent,
     """The container's place in its pod's block, admitting the pod at its first create; a refused
     decision when the pod cannot be admitted; None when the pod has no block (the shared pool). The
     pod is known to use pod-level resources from the container (pod_level.py) or the whole spec."""
-    if not (gated(settings) and intent.kubelet and intent.qos == GUARANTEED):
+    if not (gate_on_in_pod_scope(settings) and intent.kubelet and intent.qos == GUARANTEED):
         return None
     key, engine = intent.pod_key, node.engine
     state = node.state

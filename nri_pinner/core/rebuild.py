@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..engine.admission import AdmissionRequest, Engine
+from ..engine.admission_engine import AdmissionRequest, Engine
 from ..engine.cpumanager.state import Assignment, EngineState, PodBlock
 from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import EMPTY, CPUSet, CPUSetError
@@ -114,8 +114,9 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             containers: Sequence[api.Container], cgroup: CgroupReader | None = None,
             start: EngineState | None = None, gated: bool = False, pod_scope: bool = False) -> Rebuilt:
     """``start``: place the containers into this state instead of an empty one (adopting a container
-    an event names that Synchronize did not list, `core/resizing.py`); ``gated``: pod_level.gated;
-    ``pod_scope``: pod_scope_blocks.gated (the checkpoint's pod blocks are restored, pod_blocks.py)."""
+    an event names that Synchronize did not list, `core/resizing.py`); ``gated``:
+    pod_level.gate_on_in_container_scope; ``pod_scope``: pod_scope_blocks.gate_on_in_pod_scope (the
+    checkpoint's pod blocks are restored, pod_blocks.py)."""
     pods_by_id = {p.id: p for p in pods}
     active = [c for c in containers if c.pod_sandbox_id in pods_by_id
               and (c.state != api.CONTAINER_STOPPED or _kept_stopped(c, pods_by_id, prior))]

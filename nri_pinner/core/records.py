@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..engine.admission import Decision, Engine
+from ..engine.admission_engine import Decision, Engine
 from ..engine.cpumanager.state import Assignment, EngineState
 from ..engine.cpuset import CPUSet
 from ..engine.topologymanager.explain import HintSummaries

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ..engine.admission import AdmissionRequest
+from ..engine.admission_engine import AdmissionRequest
 from ..engine.cpuset import CPUSet
 from ..engine.qos import QoS
 from .effects import Park

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..engine.admission import AdmissionRequest
+from ..engine.admission_engine import AdmissionRequest
 from ..engine.cpumanager.resize import ResizeDecision
 from ..engine.cpumanager.static_policy import guaranteed_cpus
 from ..engine.cpuset import CPUSet, CPUSetError
@@ -143,7 +143,8 @@ def _adopt(core: NodeCore, event: UpdateContainer) -> Tracked | None:
     entry = core.prior.get(c.id)
     cgroups = event.cgroups
     result = rebuild(node.engine, {c.id: entry} if entry is not None else {}, [req.pod], [c],
-                     cgroups.get if cgroups else None, start=node.state, gated=pod_level.gated(core.settings))
+                     cgroups.get if cgroups else None, start=node.state,
+                     gated=pod_level.gate_on_in_container_scope(core.settings))
     t = result.containers.get(c.id)
     if t is None:
         return None

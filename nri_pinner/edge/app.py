@@ -16,7 +16,7 @@ import structlog
 from .. import __version__
 from ..config import CONFIG_PATH, ConfigError, Settings, load, load_file
 from ..config.validate import reserved_warnings
-from ..engine.admission import Engine
+from ..engine.admission_engine import Engine
 from ..engine.devicemanager.podresources import PodResourcesHintProvider
 from ..engine.errors import PolicyOptionError
 from ..engine.nicmanager.hints import NicHintProvider
@@ -24,7 +24,7 @@ from ..engine.topology.model import Topology
 from ..engine.topology.sysfs import SysfsError, discover
 from ..engine.topologymanager.hints import HintProvider
 from ..nri.stub import Stub, serve
-from ..nri.stub.handlers import HandlerThread
+from ..nri.stub.handler_calls import HandlerThread
 from . import instance_lock
 from .checkpoint.file import read as read_checkpoint
 from .clients.cri import CRIClient

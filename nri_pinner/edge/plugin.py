@@ -5,7 +5,7 @@ I/O the event needs first (the container's devices, the cgroups a Synchronize or
 trusts), hands the core one event, carries out the effects it returns (cgroup passes, checkpoint,
 timers, answers to parked replies) and turns its reply into the stub's typed reply. A reply the
 core parks (an exclusive container's start, a grown resize, Synchronize: waiting for a cgroup
-pass; a create waiting for its pod's NIC lookup) is a `Deferred`: the node thread goes on with other
+pass; a create waiting for its pod's NIC lookup) is a `ParkedReply`: the node thread goes on with other
 work and resolves it when the result comes back as an event. Other threads reach the core only
 through `post` and `ask`, which queue work on the node thread.
 """
@@ -36,12 +36,12 @@ from ..core.node import NodeCore, Outcome, Reply
 from ..core.records import NodeState, Told, View
 from ..core.reply_updates import cpu_update, view_update
 from ..core.resizing import adoptable, is_resize
-from ..engine.admission import Engine
+from ..engine.admission_engine import Engine
 from ..engine.cpuset import CPUSetError
 from ..engine.devicemanager.podresources import PodResourcesView
 from ..nri.gen import api_pb2 as api
-from ..nri.handlers import CreateReply, Deferred, UpdatesReply
-from ..nri.stub.handlers import HandlerThread
+from ..nri.handlers import CreateReply, ParkedReply, UpdatesReply
+from ..nri.stub.handler_calls import HandlerThread
 from .cgroups.passes import PassRunner, cgroup_writer
 from .cgroups.paths import CgroupError
 from .checkpoint.writer import CheckpointWriter
@@ -211,12 +211,12 @@ class PinnerPlugin:
         if isinstance(reply, Refusal):
             raise (ResizeRefused if reply.kind == "resize" else AdmissionRefused)(reply.message)
 
-    def _answer(self, reply: Reply, want: type[R]) -> R | Deferred[R]:
+    def _answer(self, reply: Reply, want: type[R]) -> R | ParkedReply[R]:
         """The core's reply as the stub takes it: a refusal raised, a parked reply deferred, any other
         reply checked to be a ``want``."""
         self._raise_refusal(reply)
         if isinstance(reply, Park):
-            deferred: Deferred[R] = Deferred()
+            deferred: ParkedReply[R] = ParkedReply()
             self._deliver(reply, resolver(deferred, want))
             return deferred
         return expect(reply, want)
@@ -247,7 +247,7 @@ class PinnerPlugin:
         self.handle(ev.Configured(req.request_timeout))
 
     def synchronize(self, pods: list[api.PodSandbox], containers: list[api.Container]
-                    ) -> UpdatesReply | Deferred[UpdatesReply]:
+                    ) -> UpdatesReply | ParkedReply[UpdatesReply]:
         if self.nics is not None:  # NICs of pods that ran before we connected (background, never waited for)
             for p in pods:
                 self.nics.start(p)
@@ -272,7 +272,7 @@ class PinnerPlugin:
         self.checkpoints.close()
 
     # -- container lifecycle -------------------------------------------------------------------------
-    def create_container(self, req: api.CreateContainerRequest) -> CreateReply | Deferred[CreateReply]:
+    def create_container(self, req: api.CreateContainerRequest) -> CreateReply | ParkedReply[CreateReply]:
         if self.nics is not None:  # the pod's NIC lookup: parked (never a blocked thread) while it runs
             lookup = self.nics.start(req.pod)
             if not lookup.done():
@@ -283,8 +283,8 @@ class PinnerPlugin:
         extras = self.intake.extras(req.container, True)  # the core drops memory unless Guaranteed
         return self.handle(ev.CreateContainer(req, extras))
 
-    def _after_nic_lookup(self, req: api.CreateContainerRequest, lookup: Future[Any]) -> Deferred[CreateReply]:
-        deferred: Deferred[CreateReply] = Deferred()
+    def _after_nic_lookup(self, req: api.CreateContainerRequest, lookup: Future[Any]) -> ParkedReply[CreateReply]:
+        deferred: ParkedReply[CreateReply] = ParkedReply()
         assert self.nics is not None
         nics = self.nics
 
@@ -319,10 +319,10 @@ class PinnerPlugin:
                     pod=req.pod.name, cpus=str(pool))
         return CreateReply(str(pool))
 
-    def start_container(self, event: api.StateChangeEvent) -> Deferred[None] | None:
+    def start_container(self, event: api.StateChangeEvent) -> ParkedReply[None] | None:
         return self._answer(self.handle(ev.StartContainer(event.container.id)), type(None))
 
-    def stop_container(self, req: api.StopContainerRequest) -> UpdatesReply | Deferred[UpdatesReply]:
+    def stop_container(self, req: api.StopContainerRequest) -> UpdatesReply | ParkedReply[UpdatesReply]:
         return self._answer(self.handle(ev.StopContainer(req.container.id, req.container.exit_code)), UpdatesReply)
 
     def remove_container(self, event: api.StateChangeEvent) -> None:
@@ -342,7 +342,7 @@ class PinnerPlugin:
         self.handle(ev.RemovePodSandbox(event.pod))
 
     # -- updates -------------------------------------------------------------------------------------
-    def update_container(self, req: api.UpdateContainerRequest) -> UpdatesReply | Deferred[UpdatesReply]:
+    def update_container(self, req: api.UpdateContainerRequest) -> UpdatesReply | ParkedReply[UpdatesReply]:
         """A kubelet resize or a cpuset-only update (README "Resize"; core/resizing.py)."""
         node, cid = self.core.node, req.container.id
         t = node.containers.get(cid)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..nri.handlers import Deferred
+from ..nri.handlers import ParkedReply
 
 R = TypeVar("R")
 
@@ -18,14 +18,14 @@ def expect(reply: object, want: type[R]) -> R:
     return reply
 
 
-def resolver(deferred: Deferred[R], want: type[R]) -> Callable[[object], None]:
-    """What resolves ``deferred`` with a parked reply once it comes: a ``want``, else the deferred fails."""
+def resolver(parked: ParkedReply[R], want: type[R]) -> Callable[[object], None]:
+    """What resolves ``parked`` with the core's reply once it comes: a ``want``, else ``parked`` fails."""
     def resolve(reply: object) -> None:
         try:
             checked = expect(reply, want)
         except TypeError as exc:
-            deferred.fail(exc)
+            parked.fail(exc)
             return
-        deferred.resolve(checked)
+        parked.resolve(checked)
 
     return resolve

@@ -27,7 +27,7 @@ from .topologymanager.hints import TopologyHint
 from .topologymanager.merge import Policy, merge
 
 if TYPE_CHECKING:
-    from .admission import Engine
+    from .admission_engine import Engine
 
 
 def admit_pod(engine: Engine, state: EngineState, spec: PodLevelSpec) -> tuple[EngineState, TopologyHint | None]:

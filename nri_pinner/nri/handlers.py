@@ -11,7 +11,7 @@ Handlers answer with typed replies and the stub builds the NRI response from the
 for Synchronize, UpdateContainer and StopContainer, each carrying :class:`CpusetUpdate` s. The raw
 response protos are still accepted, for adjustments the typed replies do not carry.
 
-A handler that cannot answer yet returns a :class:`Deferred` ("parked" reply) and resolves it later
+A handler that cannot answer yet returns a :class:`ParkedReply` and resolves it later
 from another call on the handler thread; the stub answers the runtime when it resolves, within the
 same budget as any other reply (past it: the fallback, and the late value goes to ``discarded_reply``).
 
@@ -70,7 +70,7 @@ class UpdatesReply:
 DoneCallback = Callable[[bool, object], None]
 
 
-class Deferred(Generic[T]):
+class ParkedReply(Generic[T]):
     """A reply a handler returns now and resolves later (a *parked* reply).
 
     One-shot: the first :meth:`resolve` or :meth:`fail` settles it; later ones are ignored.
@@ -122,7 +122,7 @@ class Deferred(Generic[T]):
 
     def __repr__(self) -> str:
         state = ("resolved" if self._ok else "failed") if self._done else "pending"
-        return f"<Deferred {state}>"
+        return f"<ParkedReply {state}>"
 
 
 # ----------------------------------------------------------------------------- request handlers
@@ -138,7 +138,7 @@ class ConfigureHandler(Protocol):
 class SynchronizeHandler(Protocol):
     def synchronize(
         self, pods: list[api.PodSandbox], containers: list[api.Container]
-    ) -> UpdatesReply | Deferred[UpdatesReply] | Sequence[api.ContainerUpdate] | None:
+    ) -> UpdatesReply | ParkedReply[UpdatesReply] | Sequence[api.ContainerUpdate] | None:
         """The runtime's whole state at (re)connect, every chunk gathered into one call."""
 
 
@@ -146,21 +146,21 @@ class SynchronizeHandler(Protocol):
 class CreateContainerHandler(Protocol):
     def create_container(
         self, req: api.CreateContainerRequest
-    ) -> CreateReply | Deferred[CreateReply] | api.CreateContainerResponse: ...
+    ) -> CreateReply | ParkedReply[CreateReply] | api.CreateContainerResponse: ...
 
 
 @runtime_checkable
 class UpdateContainerHandler(Protocol):
     def update_container(
         self, req: api.UpdateContainerRequest
-    ) -> UpdatesReply | Deferred[UpdatesReply] | api.UpdateContainerResponse: ...
+    ) -> UpdatesReply | ParkedReply[UpdatesReply] | api.UpdateContainerResponse: ...
 
 
 @runtime_checkable
 class StopContainerHandler(Protocol):
     def stop_container(
         self, req: api.StopContainerRequest
-    ) -> UpdatesReply | Deferred[UpdatesReply] | api.StopContainerResponse: ...
+    ) -> UpdatesReply | ParkedReply[UpdatesReply] | api.StopContainerResponse: ...
 
 
 @runtime_checkable
@@ -181,52 +181,52 @@ class ValidateContainerAdjustmentHandler(Protocol):
 
 @runtime_checkable
 class RunPodSandboxHandler(Protocol):
-    def run_pod_sandbox(self, event: api.StateChangeEvent) -> Deferred[None] | None: ...
+    def run_pod_sandbox(self, event: api.StateChangeEvent) -> ParkedReply[None] | None: ...
 
 
 @runtime_checkable
 class StopPodSandboxHandler(Protocol):
-    def stop_pod_sandbox(self, event: api.StateChangeEvent) -> Deferred[None] | None: ...
+    def stop_pod_sandbox(self, event: api.StateChangeEvent) -> ParkedReply[None] | None: ...
 
 
 @runtime_checkable
 class RemovePodSandboxHandler(Protocol):
-    def remove_pod_sandbox(self, event: api.StateChangeEvent) -> Deferred[None] | None: ...
+    def remove_pod_sandbox(self, event: api.StateChangeEvent) -> ParkedReply[None] | None: ...
 
 
 @runtime_checkable
 class PostCreateContainerHandler(Protocol):
-    def post_create_container(self, event: api.StateChangeEvent) -> Deferred[None] | None: ...
+    def post_create_container(self, event: api.StateChangeEvent) -> ParkedReply[None] | None: ...
 
 
 @runtime_checkable
 class StartContainerHandler(Protocol):
-    def start_container(self, event: api.StateChangeEvent) -> Deferred[None] | None: ...
+    def start_container(self, event: api.StateChangeEvent) -> ParkedReply[None] | None: ...
 
 
 @runtime_checkable
 class PostStartContainerHandler(Protocol):
-    def post_start_container(self, event: api.StateChangeEvent) -> Deferred[None] | None: ...
+    def post_start_container(self, event: api.StateChangeEvent) -> ParkedReply[None] | None: ...
 
 
 @runtime_checkable
 class PostUpdateContainerHandler(Protocol):
-    def post_update_container(self, event: api.StateChangeEvent) -> Deferred[None] | None: ...
+    def post_update_container(self, event: api.StateChangeEvent) -> ParkedReply[None] | None: ...
 
 
 @runtime_checkable
 class RemoveContainerHandler(Protocol):
-    def remove_container(self, event: api.StateChangeEvent) -> Deferred[None] | None: ...
+    def remove_container(self, event: api.StateChangeEvent) -> ParkedReply[None] | None: ...
 
 
 @runtime_checkable
 class PostUpdatePodSandboxHandler(Protocol):
-    def post_update_pod_sandbox(self, event: api.StateChangeEvent) -> Deferred[None] | None: ...
+    def post_update_pod_sandbox(self, event: api.StateChangeEvent) -> ParkedReply[None] | None: ...
 
 
 @runtime_checkable
 class StateChangeHandler(Protocol):
-    def state_change(self, event: api.StateChangeEvent) -> Deferred[None] | None:
+    def state_change(self, event: api.StateChangeEvent) -> ParkedReply[None] | None:
         """Every state event without its own handler (the plugin subscribes to all of them)."""
 
 

@@ -90,7 +90,7 @@ def test_unreadable_sysfs_is_a_host_problem(tmp_path: Path) -> None:
 
 def test_run_refuses_what_check_refuses() -> None:
     """`run` builds the engine the same way; the host check must not be stricter or looser."""
-    from nri_pinner.engine.admission import Engine
+    from nri_pinner.engine.admission_engine import Engine
     from nri_pinner.engine.topology.sysfs import discover
 
     text = f'sysfs_root = "{VM_2CPU}"\n[cpu_manager]\nreserved_cpus = "0,99"\n'

@@ -127,13 +127,13 @@ def test_nothing_the_core_imports_does_io() -> None:
                 while parent:  # a package's __init__ runs too
                     todo.append(parent)
                     parent = parent.rpartition(".")[0]
-    assert f"{PACKAGE}.node" in seen and "nri_pinner.engine.admission" in seen
+    assert f"{PACKAGE}.node" in seen and "nri_pinner.engine.admission_engine" in seen
 
 
 SCRIPT = r'''
 import builtins, io, os, socket, sys, threading, time
 from nri_pinner.config import from_mapping
-from nri_pinner.engine.admission import Engine
+from nri_pinner.engine.admission_engine import Engine
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
 import structlog  # the edge sets up logging before any core runs (structlog imports asyncio, ssl)

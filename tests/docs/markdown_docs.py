@@ -41,7 +41,7 @@ HEADING = re.compile(r"^\s{0,3}(?P<hashes>#{1,6})\s+(?P<text>.*?)\s*#*\s*$")
 HTML_ID = re.compile(r"<a\s+[^>]*(?:name|id)=\"(?P<id>[^\"]+)\"")
 REPO_PATH = re.compile(r"`(?P<path>(?:nri_pinner|tests|scripts|packaging|docs|benchmarks|testkit|examples|protos)"
                        r"/[\w.-]+(?:/[\w.-]+)*/?)`")
-# A path inside the package, written without `nri_pinner/` (`service/core/passes.py`, `engine/admission.py`).
+# A path inside the package, written without `nri_pinner/` (`service/core/passes.py`, `engine/admission_engine.py`).
 PACKAGE_PATH = re.compile(r"`(?P<path>(?:service|core|engine|nri|edge|config|cli)/[\w.-]+(?:/[\w.-]+)*\.py)`")
 # Where a package-relative path may live: the package, and (until the package's reorganisation) its
 # service/ folder, which held the node core as service/core/.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nri_pinner.config import from_mapping
-from nri_pinner.engine.admission import Engine
+from nri_pinner.engine.admission_engine import Engine
 from nri_pinner.engine.memorymanager.provider import build_policy
 from nri_pinner.engine.topology.memory import read_node_memory
 from nri_pinner.engine.topology.sysfs import discover

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from naive_kubelet import KContainer, KPod, Kubelet, Outcome
 
 from nri_pinner.config import from_mapping
-from nri_pinner.engine.admission import AdmissionRequest, Decision, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Decision, Engine
 from nri_pinner.engine.cpuset import EMPTY, CPUSet
 from nri_pinner.engine.topology.model import Topology
 

@@ -13,7 +13,7 @@ import kube_topologies as kt
 import pytest
 
 from nri_pinner.config import from_mapping
-from nri_pinner.engine.admission import AdmissionRequest, Decision, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Decision, Engine
 from nri_pinner.engine.cpumanager.state import EngineState
 from nri_pinner.engine.cpuset import EMPTY, CPUSet
 from nri_pinner.engine.errors import PolicyOptionError

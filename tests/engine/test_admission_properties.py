@@ -23,7 +23,7 @@ from naive_merge import ProviderHints, naive_cpu_hints, naive_merge
 from policy_helpers import pools
 
 from nri_pinner.config import from_mapping
-from nri_pinner.engine.admission import AdmissionRequest, Decision, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Decision, Engine
 from nri_pinner.engine.cpumanager.state import Assignment, EngineState
 from nri_pinner.engine.cpuset import EMPTY, CPUSet
 from nri_pinner.engine.errors import AdmissionError

@@ -13,7 +13,7 @@ import pytest
 from gpu_box import GB, engine_for, write_gpu_box
 
 from nri_pinner.config import from_mapping
-from nri_pinner.engine.admission import AdmissionRequest, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Engine
 from nri_pinner.engine.devicemanager.hints import Device
 from nri_pinner.engine.memorymanager.provider import memory_state
 from nri_pinner.engine.memorymanager.state import MEMORY

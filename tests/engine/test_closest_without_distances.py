@@ -20,7 +20,7 @@ from test_admission import engine
 from test_merge_properties import providers, to_fast
 
 from nri_pinner.cli.simulate import run_scenario_file
-from nri_pinner.engine.admission import NO_DISTANCES_NOTE
+from nri_pinner.engine.admission_engine import NO_DISTANCES_NOTE
 from nri_pinner.engine.topologymanager.merge import Policy, TopologyManager, merge
 
 TM = {"policy": "best-effort", "policy_options": ["prefer-closest-numa-nodes"]}

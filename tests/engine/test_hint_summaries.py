@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from gpu_box import engine_for, write_gpu_box
 
-from nri_pinner.engine.admission import AdmissionRequest
+from nri_pinner.engine.admission_engine import AdmissionRequest
 from nri_pinner.engine.devicemanager.hints import Device
 from nri_pinner.engine.topologymanager import explain
 

@@ -1,4 +1,4 @@
-"""The merge's search over several implicit sources (topologymanager/implicit.py) against the naive
+"""The merge's search over several implicit sources (topologymanager/implicit_merge.py) against the naive
 kubelet oracle (naive_merge.py: the full cross product of every provider's listed hints).
 
 Random small machines with CPU hints (some nodes without free CPUs, reusable CPUs), devices on one or
@@ -20,7 +20,7 @@ from nri_pinner.engine.memorymanager.state import MEMORY, MemoryState
 from nri_pinner.engine.topologymanager.cpu_hints import CPUTopologyHints
 from nri_pinner.engine.topologymanager.hints import ResourceHints, TopologyHint
 from nri_pinner.engine.topologymanager.merge import Policy, TopologyManager, merge
-from nri_pinner.engine.topologymanager.upset import UpSetHints
+from nri_pinner.engine.topologymanager.upset_hints import UpSetHints
 
 GB = 1 << 30
 HUGE = "hugepages-2Mi"
@@ -129,7 +129,7 @@ def test_closest_candidates_come_in_the_merges_order() -> None:
     lower bounds; that must be the merge's own ranking (``same_size_key``), every mask once, on
     asymmetric distance tables too."""
     from nri_pinner.engine.topologymanager.hints import masks_of_size
-    from nri_pinner.engine.topologymanager.implicit import by_distance
+    from nri_pinner.engine.topologymanager.implicit_merge import by_distance
     from nri_pinner.engine.topologymanager.order import _Order
 
     rng = random.Random("closest-order")

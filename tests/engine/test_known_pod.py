@@ -26,7 +26,7 @@ from kubelet_sequences import POLICIES, TOPOLOGIES, engines, run, sequences
 from naive_kubelet import KContainer, KPod, Kubelet
 from test_admission import admit, engine, req
 
-from nri_pinner.engine.admission import Engine
+from nri_pinner.engine.admission_engine import Engine
 from nri_pinner.engine.cpumanager.options import StaticPolicyOptions
 from nri_pinner.engine.cpumanager.state import Assignment, EngineState
 from nri_pinner.engine.cpuset import EMPTY, CPUSet

@@ -16,7 +16,7 @@ import pytest
 from kube_topologies import dual_socket_ht
 
 from nri_pinner.config import from_mapping
-from nri_pinner.engine.admission import AdmissionRequest, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Engine
 from nri_pinner.engine.memorymanager.policy import NodeCapacity, StaticMemoryPolicy
 from nri_pinner.engine.memorymanager.provider import build_policy, memory_state
 from nri_pinner.engine.memorymanager.state import MEMORY, Block, MemoryState

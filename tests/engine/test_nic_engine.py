@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from nri_pinner.config import from_mapping
-from nri_pinner.engine.admission import AdmissionRequest, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Engine
 from nri_pinner.engine.cpumanager.state import EngineState
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.nicmanager.hints import RESOURCE, NicHintProvider, NicTable, nic_hints

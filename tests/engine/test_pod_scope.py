@@ -33,7 +33,7 @@ from kubelet_sequences import engines, run, sequences
 from naive_kubelet import KContainer, KPod, Kubelet
 from test_admission import admit, engine, gpu_on, req
 
-from nri_pinner.engine.admission import AdmissionRequest, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Engine
 from nri_pinner.engine.cpumanager.state import Assignment, EngineState
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.model import CPUInfo, Topology

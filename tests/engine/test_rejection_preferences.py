@@ -9,7 +9,7 @@ import random
 from kube_topologies import _build
 
 from nri_pinner.config import from_mapping
-from nri_pinner.engine.admission import AdmissionRequest, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Engine
 from nri_pinner.engine.memorymanager.hints import MemoryHints
 from nri_pinner.engine.memorymanager.provider import MemoryHintProvider, build_policy
 from nri_pinner.engine.memorymanager.state import MemoryState

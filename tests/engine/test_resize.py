@@ -16,7 +16,7 @@ from resize_cases import CASES, DIST_CASES
 from test_admission_properties import check_pools, engines, machines
 
 from nri_pinner.config import from_mapping
-from nri_pinner.engine.admission import AdmissionRequest, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Engine
 from nri_pinner.engine.cpumanager.options import StaticPolicyOptions
 from nri_pinner.engine.cpumanager.resize import ResizeError, resize
 from nri_pinner.engine.cpumanager.resize_allocator import take_by_topology_for_resize

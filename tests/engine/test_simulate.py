@@ -18,7 +18,7 @@ import pytest
 
 from nri_pinner.cli.main import main
 from nri_pinner.cli.simulate import load_engine
-from nri_pinner.engine.admission import Engine
+from nri_pinner.engine.admission_engine import Engine
 from nri_pinner.engine.cpuset import EMPTY, CPUSet
 
 HERE = Path(__file__).resolve().parent

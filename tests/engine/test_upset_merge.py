@@ -19,7 +19,7 @@ from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topologymanager.cpu_hints import cpu_topology_hints
 from nri_pinner.engine.topologymanager.hints import TopologyHint, mask_of
 from nri_pinner.engine.topologymanager.merge import Policy, TopologyManager, merge
-from nri_pinner.engine.topologymanager.upset import UpSetHints
+from nri_pinner.engine.topologymanager.upset_hints import UpSetHints
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""The typed handler interface: Protocol discovery (event mask as before), Deferred, typed replies → bytes."""
+"""The typed handler interface: Protocol discovery (event mask as before), ParkedReply, typed replies → bytes."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from examples.logger import EventLogger
 from examples.pin_fixed import FixedPinner
 from nri_pinner.nri import handlers as h
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.stub.handlers import (
+from nri_pinner.nri.stub.handler_calls import (
     ADJUSTING_EVENTS,
     GENERIC_STATE_HANDLER,
     STATE_EVENTS,
@@ -131,8 +131,8 @@ class TypedPlugin(h.CreateContainerHandler, h.UpdateContainerHandler, h.StopCont
     def create_container(self, req: api.CreateContainerRequest) -> h.CreateReply:
         return h.CreateReply(cpus="2")
 
-    def update_container(self, req: api.UpdateContainerRequest) -> h.Deferred[h.UpdatesReply]:
-        return h.Deferred()
+    def update_container(self, req: api.UpdateContainerRequest) -> h.ParkedReply[h.UpdatesReply]:
+        return h.ParkedReply()
 
     def stop_container(self, req: api.StopContainerRequest) -> h.UpdatesReply:
         return h.UpdatesReply()
@@ -140,8 +140,8 @@ class TypedPlugin(h.CreateContainerHandler, h.UpdateContainerHandler, h.StopCont
     def synchronize(self, pods: list[api.PodSandbox], containers: list[api.Container]) -> h.UpdatesReply:
         return h.UpdatesReply()
 
-    def start_container(self, event: api.StateChangeEvent) -> h.Deferred[None]:
-        return h.Deferred()
+    def start_container(self, event: api.StateChangeEvent) -> h.ParkedReply[None]:
+        return h.ParkedReply()
 
     def fallback_create_container(self, req: api.CreateContainerRequest) -> h.CreateReply:
         return h.CreateReply()
@@ -170,8 +170,8 @@ MYPY_SNIPPET = textwrap.dedent("""\
 
 
     class Good(h.CreateContainerHandler, h.StartContainerHandler):
-        def create_container(self, req: api.CreateContainerRequest) -> h.Deferred[h.CreateReply]:
-            return h.Deferred()
+        def create_container(self, req: api.CreateContainerRequest) -> h.ParkedReply[h.CreateReply]:
+            return h.ParkedReply()
 
         def start_container(self, event: api.StateChangeEvent) -> None:
             return None
@@ -181,8 +181,8 @@ MYPY_SNIPPET = textwrap.dedent("""\
         def create_container(self) -> h.CreateReply:  # line 14: the request is missing
             return h.CreateReply()
 
-        def start_container(self, event: api.StateChangeEvent) -> h.Deferred[int]:  # line 17: wrong payload
-            return h.Deferred()
+        def start_container(self, event: api.StateChangeEvent) -> h.ParkedReply[int]:  # line 17: wrong payload
+            return h.ParkedReply()
 
         def discarded_reply(self, handler: str) -> None:  # line 20: too few arguments
             return None
@@ -208,11 +208,11 @@ def test_mypy_checks_a_plugin_against_the_protocols(tmp_path: Path) -> None:
     assert error_lines == [14, 17, 20, 29], done.stdout + done.stderr
 
 
-# ----------------------------------------------------------------------------- Deferred
+# ----------------------------------------------------------------------------- ParkedReply
 
 
 def test_deferred_is_one_shot_and_calls_back_at_once_when_done() -> None:
-    d: h.Deferred[int] = h.Deferred()
+    d: h.ParkedReply[int] = h.ParkedReply()
     seen: list[tuple[bool, object]] = []
     d.add_done_callback(lambda ok, value: seen.append((ok, value)))
     assert not d.done and seen == []
@@ -225,7 +225,7 @@ def test_deferred_is_one_shot_and_calls_back_at_once_when_done() -> None:
 
 
 def test_deferred_fail_reports_the_exception_and_every_callback_runs() -> None:
-    d: h.Deferred[None] = h.Deferred()
+    d: h.ParkedReply[None] = h.ParkedReply()
     error = RuntimeError("no CPUs")
     seen: list[tuple[bool, object]] = []
 
@@ -315,7 +315,7 @@ def test_raw_responses_pass_and_wrong_types_are_refused() -> None:
         (h.UpdatesReply(), api.CreateContainerResponse),
         (h.CreateReply(), api.UpdateContainerResponse),
         (h.UpdatesReply(), api.UpdatePodSandboxResponse),
-        (h.Deferred(), api.CreateContainerResponse),
+        (h.ParkedReply(), api.CreateContainerResponse),
         (api.StopContainerResponse(), api.UpdateContainerResponse),
     ]:
         with pytest.raises(WrongReplyType):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from nri_pinner.nri.stub.handlers import HandlerThread
+from nri_pinner.nri.stub.handler_calls import HandlerThread
 
 
 def test_idle_work_runs_after_every_queued_call_on_the_handler_thread() -> None:

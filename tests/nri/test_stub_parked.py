@@ -1,4 +1,4 @@
-"""Parked replies (Deferred), typed replies over the wire, and a handler thread the stub does not own."""
+"""Parked replies (ParkedReply), typed replies over the wire, and a handler thread the stub does not own."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from stub_test_helpers import containers, make_stub, pods
 
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.handlers import CpusetUpdate, CreateReply, Deferred, UpdatesReply
-from nri_pinner.nri.stub.handlers import HandlerThread, HandlerTimeout, call_with_budget
+from nri_pinner.nri.handlers import CpusetUpdate, CreateReply, ParkedReply, UpdatesReply
+from nri_pinner.nri.stub.handler_calls import HandlerThread, HandlerTimeout, call_with_budget
 from nri_pinner.nri.stub.wire import UNKNOWN, TtrpcStatusError
 from testkit.fake_runtime import CONTAINERD_2_1_9, CONTAINERD_2_3_0, FakeRuntime, running_stub
 
@@ -47,29 +47,29 @@ class Parking:
     """Handlers that park their reply; the test resolves it from a later call on the handler thread."""
 
     def __init__(self) -> None:
-        self.parked: list[Deferred[Any]] = []
+        self.parked: list[ParkedReply[Any]] = []
         self.called = threading.Event()
         self.threads: list[str] = []
         self.discarded: list[tuple[str, object]] = []
         self.discarded_event = threading.Event()
 
-    def _park(self) -> Deferred[Any]:
+    def _park(self) -> ParkedReply[Any]:
         self.threads.append(threading.current_thread().name)
-        deferred: Deferred[Any] = Deferred()
+        deferred: ParkedReply[Any] = ParkedReply()
         self.parked.append(deferred)
         self.called.set()
         return deferred
 
-    def create_container(self, req: api.CreateContainerRequest) -> Deferred[CreateReply]:
+    def create_container(self, req: api.CreateContainerRequest) -> ParkedReply[CreateReply]:
         return self._park()
 
-    async def update_container(self, req: api.UpdateContainerRequest) -> Deferred[UpdatesReply]:
-        return self._park()  # a coroutine that returns a Deferred
+    async def update_container(self, req: api.UpdateContainerRequest) -> ParkedReply[UpdatesReply]:
+        return self._park()  # a coroutine that returns a ParkedReply
 
-    def stop_container(self, req: api.StopContainerRequest) -> Deferred[UpdatesReply]:
+    def stop_container(self, req: api.StopContainerRequest) -> ParkedReply[UpdatesReply]:
         return self._park()
 
-    def start_container(self, event: api.StateChangeEvent) -> Deferred[None]:
+    def start_container(self, event: api.StateChangeEvent) -> ParkedReply[None]:
         return self._park()
 
     def fallback_create_container(self, req: api.CreateContainerRequest) -> CreateReply:
@@ -97,13 +97,13 @@ async def test_parked_reply_frees_the_thread_until_resolved(thread: HandlerThrea
 
 
 async def test_already_resolved_and_failed_deferreds(thread: HandlerThread) -> None:
-    def resolved() -> Deferred[int]:
-        d: Deferred[int] = Deferred()
+    def resolved() -> ParkedReply[int]:
+        d: ParkedReply[int] = ParkedReply()
         d.resolve(7)
         return d
 
-    async def failing() -> Deferred[int]:
-        d: Deferred[int] = Deferred()
+    async def failing() -> ParkedReply[int]:
+        d: ParkedReply[int] = ParkedReply()
         d.fail(LookupError("no NIC"))
         return d
 

@@ -19,7 +19,7 @@ from typing import Any
 from nri_pinner.config import Settings, from_mapping
 from nri_pinner.edge.app import Service, build_engine
 from nri_pinner.edge.checkpoint import file as checkpoint_file
-from nri_pinner.engine.admission import Engine
+from nri_pinner.engine.admission_engine import Engine
 from nri_pinner.engine.topology.model import Topology
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api

@@ -26,7 +26,7 @@ from test_pod_quota import cpu_dir, pod_quota
 
 from nri_pinner.core.intent import intent_from_nri
 from nri_pinner.edge.request_intake import memory_policy
-from nri_pinner.engine.admission import Engine
+from nri_pinner.engine.admission_engine import Engine
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api
 from testkit.fake_runtime import CONTAINERD_1_7_24, CONTAINERD_2_1_9, RuntimeProfile

@@ -16,7 +16,7 @@ from svc_harness import DUAL_SOCKET, make_settings
 
 from nri_pinner.edge.clients.podresources import view_of
 from nri_pinner.edge.gen import podresources_pb2 as pr
-from nri_pinner.engine.admission import AdmissionRequest, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Engine
 from nri_pinner.engine.devicemanager.hints import Device
 from nri_pinner.engine.devicemanager.podresources import (
     PodResourcesHintProvider,

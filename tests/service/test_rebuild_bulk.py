@@ -13,7 +13,7 @@ from svc_harness import DUAL_SOCKET, container, make_settings, pod
 from nri_pinner.core.intent import intent_from_nri
 from nri_pinner.core.rebuild import rebuild
 from nri_pinner.edge.app import build_engine
-from nri_pinner.engine.admission import AdmissionRequest, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Engine
 from nri_pinner.engine.cpumanager.state import Assignment, EngineState
 from nri_pinner.engine.cpuset import EMPTY, CPUSet
 from nri_pinner.engine.topology.sysfs import discover

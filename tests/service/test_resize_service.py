@@ -37,7 +37,7 @@ from nri_pinner.cli.status import render_status
 from nri_pinner.edge.app import Service
 from nri_pinner.edge.cgroups import cpuset_writer
 from nri_pinner.edge.request_intake import memory_policy
-from nri_pinner.engine.admission import Engine
+from nri_pinner.engine.admission_engine import Engine
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.topology.sysfs import discover
 from nri_pinner.nri.gen import api_pb2 as api

@@ -27,7 +27,7 @@ from svc_harness import (
 from nri_pinner.cli.status import render_status
 from nri_pinner.edge.app import Service
 from nri_pinner.edge.request_intake import Intake, memory_policy, page_size_bytes
-from nri_pinner.engine.admission import Engine
+from nri_pinner.engine.admission_engine import Engine
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.engine.memorymanager.provider import memory_state
 from nri_pinner.engine.topology.sysfs import discover

@@ -21,7 +21,7 @@ from svc_harness import (
     running,
 )
 
-from nri_pinner.engine.admission import AdmissionRequest, Decision, Engine
+from nri_pinner.engine.admission_engine import AdmissionRequest, Decision, Engine
 from nri_pinner.engine.cpumanager.state import EngineState
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.stub.wire import TtrpcStatusError

@@ -22,7 +22,7 @@ from nri_pinner.edge.observe.metrics_http import Listener
 from nri_pinner.edge.observe.status_server import start_server
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.handlers import Deferred, UpdatesReply
+from nri_pinner.nri.handlers import ParkedReply, UpdatesReply
 from nri_pinner.nri.stub.wire import TtrpcStatusError
 from testkit.fake_runtime import CONTAINERD_2_3_0, FakeRuntime, running_stub
 
@@ -93,7 +93,7 @@ async def test_readyz_and_status_follow_the_runtime_connection(
     real_synchronize = svc.plugin.synchronize
 
     def observed_synchronize(pods: list[api.PodSandbox], ctrs: list[api.Container]
-                             ) -> UpdatesReply | Deferred[UpdatesReply]:
+                             ) -> UpdatesReply | ParkedReply[UpdatesReply]:
         during.append(get(port, "/readyz"))
         return real_synchronize(pods, ctrs)
 

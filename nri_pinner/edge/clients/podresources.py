@@ -25,7 +25,7 @@ import grpc
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from ...engine.admission import Engine
+from ...engine.admission_engine import Engine
 from ...engine.devicemanager.hints import Device
 from ...engine.devicemanager.podresources import (
     DeviceEntry,

@@ -28,7 +28,7 @@ from ...core import events as ev
 from ...core.effects import SyncRecords
 from ...core.records import Mems, mems_text
 from ...core.repairs import Drift, DriftProbe
-from ...engine.admission import Engine
+from ...engine.admission_engine import Engine
 from ...engine.cpuset import CPUSet, CPUSetError
 from ...engine.topology.sysfs import discover
 from ...nri.gen import api_pb2 as api

@@ -22,7 +22,7 @@ from functools import cached_property
 
 from ..topologymanager.cpu_hints import CPUTopologyHints
 from ..topologymanager.hints import TopologyHint, nodes_of
-from ..topologymanager.implicit import UpForm
+from ..topologymanager.implicit_merge import UpForm
 from ..topologymanager.subsets import _subsets_ascending
 
 

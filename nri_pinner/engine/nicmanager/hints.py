@@ -8,7 +8,7 @@ NICs with no NUMA affinity, or on a node the topology does not have, are left ou
 gives "no topology" devices no hints either); a pod with none of those has no preference.
 
 On N NUMA nodes there are 2^(N - |NIC nodes|) such masks (32,768 on 16 nodes), so they are handed
-to the merge implicitly (``topologymanager/upset.py``), never listed.
+to the merge implicitly (``topologymanager/upset_hints.py``), never listed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..topologymanager.hints import HintRequest, ResourceHints, mask_of
-from ..topologymanager.upset import UpSetHints
+from ..topologymanager.upset_hints import UpSetHints
 
 RESOURCE = "nics"
 

@@ -25,7 +25,7 @@ from typing import overload
 from ..cpuset import EMPTY, CPUSet
 from ..topology.model import Topology
 from .hints import HintRequest, ResourceHints, TopologyHint, nodes_of
-from .implicit import UpForm
+from .implicit_merge import UpForm
 from .subsets import _combinations_reaching, _heaviest_table, _subsets_ascending
 
 _ONE_NODE: dict[int, TopologyHint] = {}

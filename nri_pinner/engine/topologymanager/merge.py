@@ -34,7 +34,7 @@ cross product explodes. We return the kubelet's exact answer without it:
    ascending mask value inside a tier) and stop at the first tier that has
    one. This is what lets 16 NUMA nodes (65,535 CPU hints) finish in
    milliseconds with no pruning that could change the result.
-5. *Device-rule hints stay implicit too* (``upset.py``): "every mask holding these nodes" is an
+5. *Device-rule hints stay implicit too* (``upset_hints.py``): "every mask holding these nodes" is an
    interval of masks, and ANDs of intervals are intervals, so the non-preferred phase folds
    intervals instead of 2^15 masks per NIC on 16 NUMA nodes.
 """
@@ -50,9 +50,9 @@ from ..errors import TopologyAffinityError
 from ..topology.model import Topology
 from .cpu_hints import CPUTopologyHints
 from .hints import HintProvider, HintRequest, ResourceHints, TopologyHint, format_mask, mask_of
-from .implicit import best_non_preferred_implicit
+from .implicit_merge import best_non_preferred_implicit
 from .order import Distance, _Order
-from .upset import UpSetHints, best_non_preferred, fold
+from .upset_hints import UpSetHints, best_non_preferred_in_intervals, fold
 
 
 class Policy(StrEnum):
@@ -198,7 +198,7 @@ def _filter_providers_hints(providers_hints: Iterable[ResourceHints | None]) -> 
                 sources.append(hints)
             elif isinstance(hints, CPUTopologyHints):
                 sources.append(hints if hints else (ANY_NOT_PREFERRED,))
-            elif isinstance(hints, UpSetHints):  # held implicitly (upset.py); never empty
+            elif isinstance(hints, UpSetHints):  # held implicitly (upset_hints.py); never empty
                 sources.append(hints)
             elif len(hints) == 0:
                 sources.append((ANY_NOT_PREFERRED,))
@@ -340,14 +340,14 @@ def _best_non_preferred(explicit: list[tuple[TopologyHint, ...] | UpSetHints], f
         forms = [s.up_form for s in ([family] if family is not None else []) + list(others)]
         return best_non_preferred_implicit(intervals, forms, order, best_count, default.bit_count())
     if has_upset:
-        # interval fold (upset.py); with further implicit sources the general path below lists them
+        # interval fold (upset_hints.py); with further implicit sources the general path below lists them
         intervals = {(default, default)}
         for source in explicit:
             intervals = fold(intervals, source, default)
             if not intervals:
                 return None
         largest = len(family.nodes) if family is not None else default.bit_count()
-        return best_non_preferred(intervals, family, order, best_count, largest)
+        return best_non_preferred_in_intervals(intervals, family, order, best_count, largest)
     # Explicit lists only from here on. AND is order-free; small sources first keep the set small.
     reachable = {default}
     for source in sorted(explicit, key=len) if len(explicit) > 1 else explicit:

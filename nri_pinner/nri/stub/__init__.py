@@ -15,14 +15,14 @@ async; all run on the stub's handler thread):
   ``remove_pod_sandbox``, ``post_create_container``, ``start_container``, ``post_start_container``,
   ``post_update_container``, ``remove_container``, ``post_update_pod_sandbox``, or a catch-all
   ``state_change``. NRI v0.12's dedicated RPCs and the older ``StateChange`` reach the same handler.
-* any handler may instead return a ``Deferred`` (a parked reply) and resolve it later from another
+* any handler may instead return a ``ParkedReply`` and resolve it later from another
   call on the handler thread: the runtime gets the answer when it resolves, within the budget.
 * ``shutdown()``, ``on_connect()`` (before registering) and ``on_close()`` (after a connection ends):
   hooks to rebuild state per connection.
 * ``fallback_<handler>(same args)`` — sync, quick, runs on the wire loop: the answer sent when
   ``<handler>`` overruns its budget (default: an empty response); raising sends an error status.
 * ``discarded_reply(handler: str, args: tuple, outcome: object)`` — told about late answers
-  (including a Deferred resolved after the budget).
+  (including a ParkedReply resolved after the budget).
 
 The handler thread is the stub's own (created and stopped by :meth:`Stub.run`) unless one is passed
 as ``handler_thread``: then its owner starts and stops it and may submit its own calls to it.
@@ -54,7 +54,7 @@ from nri_pinner.nri.stub.dispatch import (
     Dispatcher,
     StubStats,
 )
-from nri_pinner.nri.stub.handlers import HandlerThread, call_with_budget, event_names
+from nri_pinner.nri.stub.handler_calls import HandlerThread, call_with_budget, event_names
 from nri_pinner.nri.stub.wire import KvLogger, PeerClosedError, TtrpcPeer, TtrpcStatusError
 
 __all__ = [

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 from nri_pinner.nri import versions
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import PROTOCOLS, bound_handler
-from nri_pinner.nri.stub.handlers import (
+from nri_pinner.nri.stub.handler_calls import (
     ADJUSTING_EVENTS,
     STATE_EVENT_BY_RPC,
     STATE_EVENTS,

@@ -14,7 +14,7 @@ from nri_pinner.nri.handlers import CpusetUpdate, CreateReply, UpdatesReply
 
 
 class WrongReplyType(TypeError):
-    """A handler (or fallback, or resolved Deferred) answered with a type its event does not take."""
+    """A handler (or fallback, or resolved ParkedReply) answered with a type its event does not take."""
 
 
 def container_update(update: CpusetUpdate) -> api.ContainerUpdate:

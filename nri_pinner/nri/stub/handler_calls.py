@@ -11,7 +11,7 @@ A handler that blocks (CPU-bound work, fsync, ``time.sleep``) therefore cannot s
 from answering in time with the plugin's declared fallback. The late result is discarded and
 reported to the plugin (``discarded_reply``) so it can undo what it decided.
 
-A handler may return a :class:`~nri_pinner.nri.handlers.Deferred` (a parked reply): the call ends
+A handler may return a :class:`~nri_pinner.nri.handlers.ParkedReply`: the call ends
 when it resolves, within the same budget, and the handler thread meanwhile runs other submitted
 calls (the ones that will resolve it).
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nri_pinner.nri.gen import api_pb2 as api
-from nri_pinner.nri.handlers import Deferred, bound_handler
+from nri_pinner.nri.handlers import ParkedReply, bound_handler
 
 # Events delivered through StateChange (or, from NRI v0.12, through a dedicated RPC each):
 # event -> (plugin handler name, dedicated RPC name).
@@ -114,7 +114,7 @@ class HandlerThread:
     Daemon, so a handler stuck forever cannot keep the process alive. A Stub creates and stops one
     per run, unless it is given one (``Stub(handler_thread=...)``): then its owner starts and stops
     it and may :meth:`submit` its own calls, which run between handler calls and while a reply is
-    parked (that is how a :class:`Deferred` gets resolved), and :meth:`submit_idle` work that waits
+    parked (that is how a :class:`ParkedReply` gets resolved), and :meth:`submit_idle` work that waits
     until no call has come for ``idle_after`` seconds.
     """
 
@@ -210,7 +210,7 @@ async def call_with_budget(
     """Result of ``fn(*args)`` on the handler thread, or HandlerTimeout after ``budget`` seconds.
 
     Exceptions of ``fn`` propagate. When ``fn`` (or the coroutine it returned) gives a
-    :class:`Deferred`, the result is what it resolves to (``fail`` propagates as an exception);
+    :class:`ParkedReply`, the result is what it resolves to (``fail`` propagates as an exception);
     the handler thread is free meanwhile. A result (or exception) arriving after the deadline is
     passed to ``on_late`` on the handler thread and never reaches the wire.
     """
@@ -240,7 +240,7 @@ async def call_with_budget(
         except BaseException as exc:  # delivered to the waiter: nothing may escape this thread
             deliver(False, exc)
             return
-        if isinstance(outcome, Deferred):
+        if isinstance(outcome, ParkedReply):
             outcome.add_done_callback(deliver)  # parked: the thread goes on with other calls
         else:
             deliver(True, outcome)

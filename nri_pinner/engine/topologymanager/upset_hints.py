@@ -101,7 +101,7 @@ def best_within(lo: int, hi: int, size: int, family: CPUTopologyHints | None, or
     return _best_of(masks, order.closest, order.same_size_key)
 
 
-def best_non_preferred(intervals: set[Interval], family: CPUTopologyHints | None, order: Any,
+def best_non_preferred_in_intervals(intervals: set[Interval], family: CPUTopologyHints | None, order: Any,
                        best_count: int, largest: int) -> int | None:
     """The kubelet's best non-preferred merged mask over the reachable intervals."""
     for size in order.non_preferred_sizes(best_count, largest):

@@ -3,7 +3,7 @@
 Each implicit source is an *up-set form* (:class:`UpForm`): every X ⊆ U with X ⊇ q whose summed
 per-node weights reach ``need`` in every dimension (CPU: free CPUs; device: free devices; memory:
 free bytes per resource), plus a few explicit masks (the Memory Manager's used-node groups). The
-explicit providers fold into intervals [lo, hi] (``upset.fold``).
+explicit providers fold into intervals [lo, hi] (``upset_hints.fold``).
 
 A mask R is reachable — some choice of one hint per provider ANDs to exactly R — iff for some
 interval and some choice, per memory-like source, of an explicit mask e or its up-set:
@@ -30,7 +30,7 @@ from typing import Any
 from .hints import masks_of_size, nodes_of
 
 Weights = tuple[int, ...]
-Interval = tuple[int, int]  # as in upset.py: every X with lo ⊆ X ⊆ hi
+Interval = tuple[int, int]  # as in upset_hints.py: every X with lo ⊆ X ⊆ hi
 
 
 @dataclass(frozen=True)
