@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..engine.admission import Engine
 from ..engine.cpuset import CPUSet
+from ..engine.decision import AdmissionExtras
 from ..nri.gen import api_pb2 as api
 from .records import Mems, Told
 
 CgroupReads = Mapping[str, Told | None]  # cgroups path -> what its cgroup holds (None: unreadable)
-Extras = Mapping[str, Any]  # AdmissionRequest keyword arguments from the container's devices and memory
+Extras = AdmissionExtras  # AdmissionRequest keyword arguments from the container's devices and memory
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Synchronize:
 @dataclass(frozen=True)
 class CreateContainer:
     req: api.CreateContainerRequest
-    extras: Extras = field(default_factory=dict)  # read as for a Guaranteed container; memory dropped otherwise
+    extras: Extras = field(default_factory=Extras)  # read as for a Guaranteed container; memory dropped otherwise
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class RemovePodSandbox:
 @dataclass(frozen=True)
 class UpdateContainer:
     req: api.UpdateContainerRequest
-    extras: Extras = field(default_factory=dict)  # for a fractional -> integer resize's fresh admission
+    extras: Extras = field(default_factory=Extras)  # for a fractional -> integer resize's fresh admission
     cgroups: CgroupReads = field(default_factory=dict)  # for adopting a container Synchronize did not list
     # the wall time it reached the node thread (the edge stamps it: status shows it as the resize's "at"); None:
     # not stamped (a test handing the core an event itself): status then shows no "at", never a made-up one
