@@ -35,9 +35,11 @@ from ..core.effects import (
 from ..core.node import NodeCore, Outcome, Reply
 from ..core.records import NodeState, Told, View
 from ..core.reply_updates import cpu_update, view_update
-from ..core.resizing import adoptable, is_resize
+from ..core.resizing import adoptable
+from ..core.update_inputs import update_needs
 from ..engine.admission import Engine
 from ..engine.cpuset import CPUSetError
+from ..engine.decision import AdmissionExtras
 from ..engine.devicemanager.podresources import PodResourcesView
 from ..nri.gen import api_pb2 as api
 from ..nri.handlers import CreateReply, Deferred, UpdatesReply
@@ -344,15 +346,9 @@ class PinnerPlugin:
     # -- updates -------------------------------------------------------------------------------------
     def update_container(self, req: api.UpdateContainerRequest) -> UpdatesReply | Deferred[UpdatesReply]:
         """A kubelet resize or a cpuset-only update (README "Resize"; core/resizing.py)."""
-        node, cid = self.core.node, req.container.id
-        t = node.containers.get(cid)
-        a = node.assignment(t) if t is not None else None
-        # a fractional -> integer resize is admitted afresh with the container's devices (core/resizing.py)
-        extras = self.intake.extras(req.container, False) if is_resize(req.linux_resources.cpu) and (
-            a is None or not a.exclusive) else {}
-        unknown = t is None and adoptable(req)
-        cgroups = {req.container.linux.cgroups_path: self._read_cgroup(req.container.linux.cgroups_path)} \
-            if unknown and req.container.linux.cgroups_path else {}
+        needs = update_needs(self.core.node, req)  # the core says what to read (core/update_inputs.py)
+        extras = self.intake.extras(req.container, False) if needs.extras else AdmissionExtras()
+        cgroups = {needs.cgroup: self._read_cgroup(needs.cgroup)} if needs.cgroup else {}
         return self._answer(self.handle(ev.UpdateContainer(req, extras, cgroups)), UpdatesReply)
 
     def fallback_update_container(self, req: api.UpdateContainerRequest) -> UpdatesReply:
