@@ -36,6 +36,22 @@ class CreateContainer:
 
 
 @dataclass(frozen=True)
+class AwaitNics:
+    """A create whose pod's NIC lookup is still running (core/nic_waits.py): reply a `Park`; the wait ends
+    with a `CreateNow`, after `NicsLookedUp(token)` or ``wait_seconds``, whichever comes first."""
+
+    req: api.CreateContainerRequest
+    wait_seconds: float
+
+
+@dataclass(frozen=True)
+class NicsLookedUp:
+    """The NIC lookup the create parked under ``token`` waits for is done."""
+
+    token: int
+
+
+@dataclass(frozen=True)
 class StartContainer:
     container_id: str
 
@@ -197,4 +213,4 @@ class TopologyChanged:
 Event = (Configured | Synchronize | CreateContainer | StartContainer | StopContainer | RemoveContainer
          | StopPodSandbox | RemovePodSandbox | UpdateContainer | UpdatePodSandbox | ConnectionClosed | ReplyDiscarded
          | CgroupsWritten | TimerFired | AwaitPass | DriftCheck | CpusetsRead | RuntimeRepaired | TopologyChanged
-         | PodResourcesListed | RecordSyncReady | RecordsSynced)
+         | PodResourcesListed | RecordSyncReady | RecordsSynced | AwaitNics | NicsLookedUp)
