@@ -1,4 +1,4 @@
-"""Creates waiting for their pod's NIC lookup (README "NIC hints"; edge/nic_lookup/lookup.py).
+"""Creates waiting for their pod's NIC lookup (docs/alignment.md "NIC alignment"; edge/nic_lookup/lookup.py).
 
 The NIC hint provider reads a pod's NICs when it admits a container, and the lookup of a new pod's NICs
 runs in the background. A create whose pod's lookup is still running (`AwaitNics`) is parked, never a

@@ -5,8 +5,8 @@ and reads only that, on the node thread, before it hands the core the event.
   container that holds no exclusive CPUs, or is not known yet: a fractional -> integer resize is admitted
   afresh with them (`resizing._like`); a grow of an exclusive one stays inside its admitted affinity, and
   a cpuset-only update admits nothing. Read for every update instead, a cpuset-only update (ours coming
-  back from a record sync, README "Our updates and the kubelet's") would pay for device lookups it never
-  uses.
+  back from a record sync: docs/design/pool-changes.md "Our updates and the kubelet's") would pay for
+  device lookups it never uses.
 - The container's cgroup only for a container Synchronize did not list that the update may adopt
   (`resizing._adopt`: its cgroup's cpuset is trusted over the runtime's stale record).
 """
