@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ..engine.cpuset import CPUSet
 from ..engine.topologymanager.explain import HintSummaries, settle_all
+from ..nri.gen import api_pb2 as api
 from .checkpoint import Snapshot
 from .records import Mems, Told
 
@@ -121,6 +122,17 @@ class ListPodResources:
 
 
 @dataclass(frozen=True)
+class CreateNow:
+    """The NIC wait of the create parked under ``token`` is over (core/nic_waits.py): read its extras and
+    hand the core `CreateContainer(req, extras)`; that reply answers the parked one. ``late``: the wait's
+    limit passed first, the create goes on without NIC hints (noted unless the lookup has finished since)."""
+
+    token: int
+    req: api.CreateContainerRequest
+    late: bool
+
+
+@dataclass(frozen=True)
 class Resolve:
     """Answer the reply parked under ``token`` (a `Park` the core returned earlier)."""
 
@@ -169,4 +181,4 @@ class Park:
 
 
 Effect = (WriteCgroups | Expedite | WriteCheckpoint | ArmTimer | ListPodResources | SyncRecords | Resolve
-          | SettleWhenIdle | Count | Timed)
+          | SettleWhenIdle | Count | Timed | CreateNow)

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..engine.admission_engine import Engine
 from ..engine.cpuset import CPUSet
+from ..engine.decision import AdmissionExtras
 from ..nri.gen import api_pb2 as api
 from .records import Mems, Told
 
 CgroupReads = Mapping[str, Told | None]  # cgroups path -> what its cgroup holds (None: unreadable)
-Extras = Mapping[str, Any]  # AdmissionRequest keyword arguments from the container's devices and memory
+Extras = AdmissionExtras  # AdmissionRequest keyword arguments from the container's devices and memory
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,23 @@ class Synchronize:
 @dataclass(frozen=True)
 class CreateContainer:
     req: api.CreateContainerRequest
-    extras: Extras = field(default_factory=dict)  # read as for a Guaranteed container; memory dropped otherwise
+    extras: Extras = field(default_factory=Extras)  # read as for a Guaranteed container; memory dropped otherwise
+
+
+@dataclass(frozen=True)
+class AwaitNics:
+    """A create whose pod's NIC lookup is still running (core/nic_waits.py): reply a `Park`; the wait ends
+    with a `CreateNow`, after `NicsLookedUp(token)` or ``wait_seconds``, whichever comes first."""
+
+    req: api.CreateContainerRequest
+    wait_seconds: float
+
+
+@dataclass(frozen=True)
+class NicsLookedUp:
+    """The NIC lookup the create parked under ``token`` waits for is done."""
+
+    token: int
 
 
 @dataclass(frozen=True)
@@ -64,7 +80,7 @@ class RemovePodSandbox:
 @dataclass(frozen=True)
 class UpdateContainer:
     req: api.UpdateContainerRequest
-    extras: Extras = field(default_factory=dict)  # for a fractional -> integer resize's fresh admission
+    extras: Extras = field(default_factory=Extras)  # for a fractional -> integer resize's fresh admission
     cgroups: CgroupReads = field(default_factory=dict)  # for adopting a container Synchronize did not list
     # the wall time it reached the node thread (the edge stamps it: status shows it as the resize's "at"); None:
     # not stamped (a test handing the core an event itself): status then shows no "at", never a made-up one
@@ -197,4 +213,4 @@ class TopologyChanged:
 Event = (Configured | Synchronize | CreateContainer | StartContainer | StopContainer | RemoveContainer
          | StopPodSandbox | RemovePodSandbox | UpdateContainer | UpdatePodSandbox | ConnectionClosed | ReplyDiscarded
          | CgroupsWritten | TimerFired | AwaitPass | DriftCheck | CpusetsRead | RuntimeRepaired | TopologyChanged
-         | PodResourcesListed | RecordSyncReady | RecordsSynced)
+         | PodResourcesListed | RecordSyncReady | RecordsSynced | AwaitNics | NicsLookedUp)

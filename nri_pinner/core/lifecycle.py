@@ -58,7 +58,7 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     if intent.pod_level and not pod_level.keeps_exclusive(node, intent) and not pod_scope_blocks.slices(in_block):
         core.quotas.pod_level(intent.pod_key, req.pod)  # its pod cgroup gets the kubelet's quota back (quotas.py)
     mark_sidecars(node, intent.pod_key, intent.init)
-    extras = dict(event.extras)
+    extras = event.extras.copy()
     if intent.qos != GUARANTEED or (intent.pod_level and not intent.request_milli):
         extras.pop("memory", None)
     request = AdmissionRequest(intent.pod_key, intent.container, intent.qos, intent.request_milli,

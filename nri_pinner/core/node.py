@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.admission_engine import Decision, Engine
 from ..nri.handlers import CreateReply, UpdatesReply
-from . import connection, lifecycle, quotas, repairs, resizing
+from . import connection, lifecycle, nic_waits, quotas, repairs, resizing
 from .checkpoint import Snapshot, checkpoint_entries, entry_extras
 from .effects import Count, Effect, ListPodResources, Park, Refusal, Resolve, SettleWhenIdle, WriteCheckpoint
 from .events import (
+    AwaitNics,
     AwaitPass,
     CgroupsWritten,
     Configured,
@@ -38,6 +39,7 @@ from .events import (
     CreateContainer,
     DriftCheck,
     Event,
+    NicsLookedUp,
     PodResourcesListed,
     RecordsSynced,
     RecordSyncReady,
@@ -99,6 +101,7 @@ class NodeCore:
         # the shared pool held on the QoS slices (cgroup v2, systemd driver): None = not, else the QoS slices
         # the edge found (more are learnt from containers' cgroups paths)
         self.slices = QosSlices(self, qos_slices is not None and cgroup_writes, qos_slices or ())
+        self.nic_waits = nic_waits.NicWaits(self)  # creates waiting for their pod's NIC lookup
         self.effects: list[Effect] = []  # of the event being handled
         self.node.publish()
 
@@ -112,6 +115,11 @@ class NodeCore:
         match event:
             case CreateContainer():
                 return lifecycle.create(self, event)
+            case AwaitNics():
+                return self.nic_waits.park(event)
+            case NicsLookedUp():
+                self.nic_waits.looked_up(event.token)
+                return None
             case StartContainer():
                 return lifecycle.start(self, event)
             case StopContainer():
@@ -141,6 +149,9 @@ class NodeCore:
                     return self.records.timer()
                 if event.name == RECORDS_RETRY_TIMER:
                     return self.records.retry()
+                if event.name.startswith(nic_waits.TIMER):
+                    self.nic_waits.timer(event.name)
+                    return None
                 if event.name in (quotas.CHECK_TIMER, quotas.RESIZE_TIMER):
                     self.quotas.timer(event.name)
                     return None

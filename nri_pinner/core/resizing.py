@@ -237,7 +237,7 @@ def _like(core: NodeCore, t: Tracked, event: UpdateContainer) -> AdmissionReques
     a = core.node.state.get(*t.key)
     if a is None or a.exclusive:
         return None
-    extras = dict(event.extras)
+    extras = event.extras.copy()
     extras.pop("memory", None)
     return AdmissionRequest(*t.key, t.intent.qos, init=t.intent.init, restartable=t.intent.restartable, **extras)
 

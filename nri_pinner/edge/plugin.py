@@ -22,6 +22,7 @@ from ..config import Settings
 from ..core import events as ev
 from ..core.effects import (
     ArmTimer,
+    CreateNow,
     Expedite,
     ListPodResources,
     Park,
@@ -35,9 +36,11 @@ from ..core.effects import (
 from ..core.node import NodeCore, Outcome, Reply
 from ..core.records import NodeState, Told, View
 from ..core.reply_updates import cpu_update, view_update
-from ..core.resizing import adoptable, is_resize
+from ..core.resizing import adoptable
+from ..core.update_inputs import update_needs
 from ..engine.admission_engine import Engine
 from ..engine.cpuset import CPUSetError
+from ..engine.decision import AdmissionExtras
 from ..engine.devicemanager.podresources import PodResourcesView
 from ..nri.gen import api_pb2 as api
 from ..nri.handlers import CreateReply, ParkedReply, UpdatesReply
@@ -73,10 +76,6 @@ class ResizeRefused(Exception):
     refusal = True
 
 
-def _no_wait(late: bool) -> None:
-    """A NIC wait already over (the lookup finished first)."""
-
-
 class PinnerPlugin:
     def __init__(self, settings: Settings, engine: Engine, metrics: Metrics,
                  prior_checkpoint: dict[str, Any] | None = None, nics: NicLookup | None = None,
@@ -95,8 +94,8 @@ class PinnerPlugin:
         self.passes = PassRunner(self.writer, self.post) if self.writer is not None else None
         self.timers = Timers(self._timer_fired)
         self._parked: dict[int, Callable[[object], None]] = {}  # core token -> who gets the reply
-        self._nic_waits: dict[str, Callable[[bool], None]] = {}  # timer name -> a create waiting for its NICs
-        self._nic_seq = 0
+        # core token -> a create parked for its pod's NIC lookup (core/nic_waits.py): its reply, and the lookup
+        self._nic_creates: dict[int, tuple[ParkedReply[CreateReply], Future[Any]]] = {}
         # the reconcile edge's way to update the runtime's records (it says `RecordSyncReady` once set)
         self.record_sender: Callable[[SyncRecords], None] | None = None
 
@@ -158,10 +157,7 @@ class PinnerPlugin:
         self.thread.submit(adopt)
 
     def _timer_fired(self, name: str) -> None:  # on the timer thread
-        if name.startswith("nic:"):
-            self.thread.submit(lambda: self._nic_waits.pop(name, _no_wait)(True))
-        else:
-            self.post(ev.TimerFired(name))
+        self.post(ev.TimerFired(name))
 
     def _guarded(self, event: ev.Event) -> None:
         try:
@@ -194,6 +190,8 @@ class PinnerPlugin:
             elif isinstance(effect, ListPodResources):
                 if self.podresources is not None:
                     self.podresources.refresh()
+            elif isinstance(effect, CreateNow):
+                self._create_now(effect)
             elif isinstance(effect, Resolve):
                 deliver = self._parked.pop(effect.token, None)
                 if deliver is not None:
@@ -284,29 +282,29 @@ class PinnerPlugin:
         return self.handle(ev.CreateContainer(req, extras))
 
     def _after_nic_lookup(self, req: api.CreateContainerRequest, lookup: Future[Any]) -> ParkedReply[CreateReply]:
-        deferred: ParkedReply[CreateReply] = ParkedReply()
+        """Parked until the core says the wait is over (core/nic_waits.py: the lookup done, or its limit)."""
         assert self.nics is not None
-        nics = self.nics
-
-        def go(timed_out: bool) -> None:  # on the node thread, once
-            if deferred.done:
-                return
-            if timed_out and not lookup.done():
-                nics.note_late(req.pod)
-            try:
-                reply = self._core_create(req)
-                self._raise_refusal(reply)
-            except Exception as exc:
-                deferred.fail(exc)
-                return
-            self._deliver(reply, resolver(deferred, CreateReply))
-
-        self._nic_seq += 1
-        name = f"nic:{self._nic_seq}"
-        self._nic_waits[name] = go
-        lookup.add_done_callback(lambda _f: self.thread.submit(lambda: self._nic_waits.pop(name, go)(False)))
-        self.timers.arm(name, nics.wait_seconds)  # a bounded wait: then the create goes on without NIC hints
+        park = self.handle(ev.AwaitNics(req, self.nics.wait_seconds))  # the core arms the wait's timer
+        assert isinstance(park, Park)
+        deferred: ParkedReply[CreateReply] = ParkedReply()
+        self._nic_creates[park.token] = (deferred, lookup)
+        lookup.add_done_callback(lambda _f: self.post(ev.NicsLookedUp(park.token)))
         return deferred
+
+    def _create_now(self, effect: CreateNow) -> None:
+        """A create's NIC wait is over: its extras read now, the core's reply answers the parked one."""
+        deferred, lookup = self._nic_creates.pop(effect.token, (None, None))
+        if deferred is None or lookup is None or deferred.done:  # done: answered meanwhile (the budget's fallback)
+            return
+        if effect.late and not lookup.done() and self.nics is not None:  # not finished since the timer fired
+            self.nics.note_late(effect.req.pod)
+        try:
+            reply = self._core_create(effect.req)
+            self._raise_refusal(reply)
+        except Exception as exc:
+            deferred.fail(exc)
+            return
+        self._deliver(reply, resolver(deferred, CreateReply))
 
     def fallback_create_container(self, req: api.CreateContainerRequest) -> CreateReply:
         """Over budget: the current shared pool (never no cpuset, which would overlap exclusive CPUs), or fail."""
@@ -344,15 +342,9 @@ class PinnerPlugin:
     # -- updates -------------------------------------------------------------------------------------
     def update_container(self, req: api.UpdateContainerRequest) -> UpdatesReply | ParkedReply[UpdatesReply]:
         """A kubelet resize or a cpuset-only update (README "Resize"; core/resizing.py)."""
-        node, cid = self.core.node, req.container.id
-        t = node.containers.get(cid)
-        a = node.assignment(t) if t is not None else None
-        # a fractional -> integer resize is admitted afresh with the container's devices (core/resizing.py)
-        extras = self.intake.extras(req.container, False) if is_resize(req.linux_resources.cpu) and (
-            a is None or not a.exclusive) else {}
-        unknown = t is None and adoptable(req)
-        cgroups = {req.container.linux.cgroups_path: self._read_cgroup(req.container.linux.cgroups_path)} \
-            if unknown and req.container.linux.cgroups_path else {}
+        needs = update_needs(self.core.node, req)  # the core says what to read (core/update_inputs.py)
+        extras = self.intake.extras(req.container, False) if needs.extras else AdmissionExtras()
+        cgroups = {needs.cgroup: self._read_cgroup(needs.cgroup)} if needs.cgroup else {}
         return self._answer(self.handle(ev.UpdateContainer(req, extras, cgroups)), UpdatesReply)
 
     def fallback_update_container(self, req: api.UpdateContainerRequest) -> UpdatesReply:

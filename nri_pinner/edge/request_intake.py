@@ -20,10 +20,11 @@ from typing import Any
 import structlog
 
 from ..config import Settings
+from ..engine.decision import AdmissionExtras
 from ..engine.devicemanager.hints import Device
 from ..engine.devicemanager.podresources import without_reported
+from ..engine.memory_policy import memory_policy as build_memory_policy
 from ..engine.memorymanager.policy import StaticMemoryPolicy
-from ..engine.memorymanager.provider import build_policy, parse_reserved_memory
 from ..engine.memorymanager.state import MEMORY, hugepage_resource
 from ..engine.topology.memory import read_node_memory
 from ..engine.topology.model import Topology
@@ -36,15 +37,9 @@ _PAGE_UNITS = {"KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
 
 
 def memory_policy(settings: Settings, topology: Topology) -> StaticMemoryPolicy | None:
-    """The static Memory Manager when the "memory" provider is on (capacities from sysfs)."""
-    if "memory" not in settings.hints.providers:
-        return None
-    nodes = read_node_memory(settings.sysfs_root)
-    return build_policy(
-        topology.numa_nodes, {n.node: n.memory_bytes for n in nodes},
-        {n.node: {hugepage_resource(page): total for page, total in n.hugepages.items()} for n in nodes},
-        parse_reserved_memory(settings.memory_manager.reserved_memory),
-        {n.node: n.distances for n in nodes})
+    """The static Memory Manager when the "memory" provider is on (engine/memory_policy.py), its
+    capacities read from sysfs."""
+    return build_memory_policy(settings, topology, lambda: read_node_memory(settings.sysfs_root))
 
 
 def page_size_bytes(text: str) -> int:
@@ -92,9 +87,9 @@ class Intake:
             out.setdefault(_resource(found, by_env, cdi), []).append(Device(found.id, found.numa))
         return out
 
-    def extras(self, container: Any, guaranteed: bool) -> dict[str, Any]:
+    def extras(self, container: Any, guaranteed: bool) -> AdmissionExtras:
         """``AdmissionRequest`` keyword arguments for the device and memory providers."""
-        out: dict[str, Any] = {}
+        out: AdmissionExtras = {}
         devices = self.devices(container)
         if self.podresources is not None:  # a device PodResources reports gets its hints there, not twice
             devices = without_reported(devices, self.podresources.reported(container))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from .cpuset import CPUSet
 from .devicemanager.hints import Device
@@ -28,6 +28,14 @@ class AdmissionRequest:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "qos", QoS.parse(self.qos))
+
+
+class AdmissionExtras(TypedDict, total=False):
+    """What a container brings beyond its CPUs, read from its NRI data at the edge: the
+    `AdmissionRequest` fields of the same names (absent: none)."""
+
+    devices: Mapping[str, Sequence[Device]]  # resource -> its PCI devices with their NUMA nodes
+    memory: Mapping[str, int]  # a Guaranteed container's memory and hugepage limits (bytes)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from ...core.records import Mems, mems_text
 from ...core.repairs import Drift, DriftProbe
 from ...engine.admission_engine import Engine
 from ...engine.cpuset import CPUSet, CPUSetError
+from ...engine.hotplug import settings_for_online
 from ...engine.topology.sysfs import discover
 from ...nri.gen import api_pb2 as api
 from ...nri.stub import Stub
@@ -209,12 +209,9 @@ class Reconciler:
         if online == self._online:
             return
         topology = await asyncio.to_thread(discover, self.settings.sysfs_root)
-        settings, reserved = self.settings, self.settings.cpu_manager.reserved_cpus
-        if reserved is not None and not reserved.issubset(topology.online):
-            # the policy refuses offline reserved CPUs; reserve the online rest until they return
-            log.warning("reserved CPUs are offline", offline=str(reserved - topology.online))
-            settings = replace(settings, cpu_manager=replace(settings.cpu_manager,
-                                                             reserved_cpus=reserved & topology.online))
+        settings, offline = settings_for_online(self.settings, topology.online)  # the online rest is reserved
+        if offline:
+            log.warning("reserved CPUs are offline", offline=str(offline))
         current = self.plugin.view().engine  # the same hint providers and memory policy, on the new topology
         engine = Engine.from_settings(settings, topology, current.extra_providers, memory=current.memory)
         await self._ask(ev.TopologyChanged(engine))
