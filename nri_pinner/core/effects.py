@@ -13,7 +13,7 @@ from .checkpoint import Snapshot
 from .records import Mems, Told
 
 if TYPE_CHECKING:
-    from .node import Reply
+    from .context import Reply
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class Count:
 
 @dataclass(frozen=True)
 class Timed:
-    """The event was a decision the edge times (the core reads no clock): it measures `NodeCore.handle`
+    """The event was a decision the edge times (the core reads no clock): it measures the core's `handle`
     for the event and reports the seconds — observed in histogram ``histogram`` (an admission), and/or
     logged at info as ``message`` with ``fields`` and ``decision_ms`` (an applied resize)."""
 

@@ -33,7 +33,7 @@ from .events import SliceResult
 from .records import Told, Tracked
 
 if TYPE_CHECKING:
-    from .node import NodeCore
+    from .context import CoreContext
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -66,7 +66,7 @@ def slice_path(unit: str) -> str:
 class QosSlices:
     """The slices that hold the pool and what each was last confirmed to hold (node thread only)."""
 
-    def __init__(self, core: NodeCore, enabled: bool, found: Sequence[str] = ()) -> None:
+    def __init__(self, core: CoreContext, enabled: bool, found: Sequence[str] = ()) -> None:
         self.core, self.enabled = core, enabled
         self.told: dict[str, CPUSet] = {}  # slice unit -> the pool systemd and its cgroup were confirmed to hold
         # every slice found at start or below a container: each pass keeps them at the pool (the processes

@@ -2,7 +2,8 @@
 runtime (or the container's cgroup) was last told about each container (`NodeState.told`, as the
 kubelet's lastUpdateState).
 
-One writer: `NodeCore` (core/node.py), on the node thread; no lock. After each change the core
+One writer: the node core (core/node.py) and the rules it hands the state to (core/context.py), on the
+node thread; no lock. After each change the core
 `publish()`es an immutable `View`; inspection, metrics and the fallbacks on the wire loop read the
 newest view without any lock.
 """
@@ -12,13 +13,16 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..engine.admission import Decision, Engine
 from ..engine.cpumanager.state import Assignment, EngineState
 from ..engine.cpuset import CPUSet
 from ..engine.topologymanager.explain import HintSummaries
 from .intent import ContainerIntent
+
+if TYPE_CHECKING:
+    from .repairs import DriftBatch
 
 K = TypeVar("K", str, tuple[str, str])
 
@@ -173,6 +177,16 @@ class NodeState:
     # the PodResources List as last delivered, for init/app roles: (namespace, pod) -> listed containers
     # (None: no List, or the kubelet's socket is absent)
     listed_pods: Mapping[tuple[str, str], frozenset[str]] | None = None
+    # -- what the core's rules keep between events (core/context.py) --
+    cgroup_writes: bool = True  # the edge writes cgroups (else every change goes out in replies)
+    # container id -> checkpoint entry (a hint for rebuild)
+    prior: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    # checkpoint holds not yet replaced by a Synchronize: container id -> (pod, container)
+    seeded: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Guaranteed containers Synchronize left on the shared pool, oldest first
+    waiting: list[str] = field(default_factory=list)
+    stopped_sandboxes: set[str] = field(default_factory=set)  # StopPodSandbox seen, RemovePodSandbox not yet
+    drift_batches: list[DriftBatch] = field(default_factory=list)  # drift repairs a pass is writing
     # cpuset.mems per (engine, cpus): every shared container asks for the same pool's
     _mems: dict[tuple[Engine, CPUSet], Mems] = field(default_factory=dict, repr=False)
 
@@ -201,7 +215,7 @@ class NodeState:
 
     def record(self, decision: Decision, intent: ContainerIntent, outcome: str) -> HintSummaries | None:
         """The decision into the log; its hint summaries when they are not formatted yet (the core hands
-        them to the edge to settle when idle: `NodeCore.record`)."""
+        them to the edge to settle when idle: the core's `record`, core/node.py)."""
         # the hints stay lazy: formatted when status reads them, not before the reply
         explained = decision.explain(lazy=True)
         entry = {"container_id": intent.container_id, "namespace": intent.namespace, "pod_name": intent.pod_name,
