@@ -17,8 +17,8 @@ from .events import Configured, ReplyDiscarded, Synchronize
 from .lifecycle import pending_updates
 from .passes import pass_wait_seconds
 from .rebuild import note_unreadable, rebuild
-from .records import Containers
 from .repairs import abandon
+from .state import Containers
 
 if TYPE_CHECKING:
     from .context import CoreContext, Reply
@@ -81,7 +81,7 @@ def synchronize(core: CoreContext, event: Synchronize) -> Reply:
     return core.park_until_pass(generation, reply, "Synchronize")
 
 
-def closed(core: CoreContext) -> Reply:
+def forget_connection(core: CoreContext) -> Reply:
     """The next Synchronize rebuilds from the runtime; what we know now is the best hint."""
     node = core.node
     node.forget_told()
@@ -94,7 +94,7 @@ def closed(core: CoreContext) -> Reply:
     return None
 
 
-def discarded(core: CoreContext, event: ReplyDiscarded) -> Reply:
+def undo_discarded_reply(core: CoreContext, event: ReplyDiscarded) -> Reply:
     """A late answer never reached the runtime: undo what it decided and resend every cpuset."""
     node = core.node
     if event.handler == "create_container":

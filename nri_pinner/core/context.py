@@ -2,7 +2,7 @@
 `Policy.Allocate(s state.State, ...)` shape: a policy gets the state, never the manager that owns it).
 
 The container lifecycle (`lifecycle.py`), resize (`resizing.py`), connection (`connection.py`), drift and
-hotplug (`repairs.py`), and the books (the cgroup passes' `PassBook`, the runtime records' `RecordSync`, the
+hotplug (`repairs.py`), and the books (the cgroup passes' `PassBook`, the runtime records' `RuntimeRecordUpdater`, the
 pod quotas' `QuotaBook`, the QoS slices' `QosSlices`) read and change the node's state (`NodeState`, with
 everything the rules keep between events) and the settings, and hand back what the edge must do only through
 this: `emit` an effect, `count`, `commit` a change, park a reply until a pass, `resolve` a parked one,
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from .passes import PassBook
     from .qos_slices import QosSlices
     from .quotas import QuotaBook
-    from .records import NodeState
-    from .runtime_records import RecordSync
+    from .runtime_record_updates import RuntimeRecordUpdater
+    from .state import NodeState
 
 Drifts = list[tuple[Drift, str]]  # the reconcile edge's drifts, each with how it was repaired
 # What `handle` answers an event with: a typed NRI reply (nri/handlers.py: CreateContainer's `CreateReply`;
@@ -54,7 +54,7 @@ class CoreContext(Protocol):
     def passes(self) -> PassBook: ...
 
     @property
-    def records(self) -> RecordSync: ...
+    def records(self) -> RuntimeRecordUpdater: ...
 
     @property
     def quotas(self) -> QuotaBook: ...

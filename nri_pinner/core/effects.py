@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 from ..engine.cpuset import CPUSet
 from ..engine.topologymanager.explain import HintSummaries, settle_all
 from .checkpoint import Snapshot
-from .records import Mems, Told
+from .state import Mems, Told
 
 if TYPE_CHECKING:
     from .context import Reply

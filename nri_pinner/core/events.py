@@ -11,7 +11,7 @@ from typing import Any
 from ..engine.admission import Engine
 from ..engine.cpuset import CPUSet
 from ..nri.gen import api_pb2 as api
-from .records import Mems, Told
+from .state import Mems, Told
 
 CgroupReads = Mapping[str, Told | None]  # cgroups path -> what its cgroup holds (None: unreadable)
 Extras = Mapping[str, Any]  # AdmissionRequest keyword arguments from the container's devices and memory
@@ -168,7 +168,7 @@ class RecordResult:
 
 @dataclass(frozen=True)
 class RecordsSynced:
-    """The runtime record updates of `SyncRecords(sync_id)` are over (core/runtime_records.py)."""
+    """The runtime record updates of `SyncRecords(sync_id)` are over (core/runtime_record_updates.py)."""
 
     sync_id: int
     results: Sequence[RecordResult]

@@ -20,9 +20,9 @@ from .effects import Refusal, Timed
 from .events import CreateContainer, RemoveContainer, RemovePodSandbox, StartContainer, StopContainer, StopPodSandbox
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .rebuild import repin_waiting
-from .records import Tracked, mems_text
 from .reply_updates import UNLIMITED, reply_updates
 from .roles import decide_role, mark_sidecars, release_pod, role_at_create
+from .state import ContainerRecord, mems_text
 
 if TYPE_CHECKING:
     from ..engine.decision import Decision
@@ -83,7 +83,7 @@ def create(core: CoreContext, event: CreateContainer) -> Reply:
     node.state = state
     for old in node.containers.with_key((intent.pod_key, intent.container)):
         node.drop(old.container_id)  # a restarted container replaces the old record
-    t = Tracked(intent.container_id, req.container.pod_sandbox_id, intent, req.container.linux.cgroups_path,
+    t = ContainerRecord(intent.container_id, req.container.pod_sandbox_id, intent, req.container.linux.cgroups_path,
                 cfs_quota=int(req.container.linux.resources.cpu.quota.value))
     node.containers[t.container_id] = t
     cpus, mems = node.desired(t)

@@ -58,10 +58,10 @@ from .events import (
 from .intent import ContainerIntent
 from .passes import PassBook
 from .qos_slices import QosSlices
-from .records import NodeState
-from .runtime_records import RETRY_TIMER as RECORDS_RETRY_TIMER
-from .runtime_records import TIMER as RECORDS_TIMER
-from .runtime_records import RecordSync
+from .runtime_record_updates import RETRY_TIMER as RECORDS_RETRY_TIMER
+from .runtime_record_updates import TIMER as RECORDS_TIMER
+from .runtime_record_updates import RuntimeRecordUpdater
+from .state import NodeState
 
 if TYPE_CHECKING:
     from ..config import Settings  # a type only: the settings module reads and checks files
@@ -82,7 +82,7 @@ class NodeCore:
                               prior=checkpoint_entries(prior))
         # the books: each is handed this core as a `CoreContext` (core/context.py), never as itself
         self.passes = PassBook(self)
-        self.records = RecordSync(self, settings.reconcile.runtime_record_quiet_seconds)
+        self.records = RuntimeRecordUpdater(self, settings.reconcile.runtime_record_quiet_seconds)
         self.quotas = quotas.QuotaBook(self)  # pods' cgroups left without a CFS quota
         # the shared pool held on the QoS slices (cgroup v2, systemd driver): None = not, else the QoS slices
         # the edge found (more are learnt from containers' cgroups paths)
@@ -119,9 +119,9 @@ class NodeCore:
             case Configured():
                 return connection.configure(self, event)
             case ConnectionClosed():
-                return connection.closed(self)
+                return connection.forget_connection(self)
             case ReplyDiscarded():
-                return connection.discarded(self, event)
+                return connection.undo_discarded_reply(self, event)
             case CgroupsWritten():
                 return self.passes.written(event)
             case TimerFired():
@@ -138,9 +138,9 @@ class NodeCore:
                     return True
                 return self.park_until_pass(self.node.generation, lambda late: not late, "AwaitPass")
             case DriftCheck():
-                return repairs.probes(self)
+                return repairs.list_probes(self)
             case CpusetsRead():
-                return repairs.drifts(self, event)
+                return repairs.decide_repairs(self, event)
             case RuntimeRepaired():
                 return repairs.runtime_repaired(self, event)
             case TopologyChanged():

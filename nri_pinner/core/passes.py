@@ -23,7 +23,7 @@ from ..engine.cpuset import CPUSet
 from .effects import ArmTimer, Expedite, Park, PassItem, WriteCgroups
 from .events import CgroupsWritten
 from .qos_slices import PROBE_PREFIX
-from .records import Told
+from .state import Told
 
 if TYPE_CHECKING:
     from .context import CoreContext, Reply
@@ -63,7 +63,7 @@ class _InFlight:
     generation: int
     pool: CPUSet
     urgent: bool
-    record: bool = False  # a runtime record update holds the slot (core/runtime_records.py), not a pass
+    record: bool = False  # a runtime record update holds the slot (core/runtime_record_updates.py), not a pass
     writes: frozenset[str] = frozenset()  # what it writes (PassBook.overlapped)
 
 
@@ -82,7 +82,7 @@ class PassBook:
         self.pool_written: CPUSet | None = None  # the shared pool the last pass wrote
         # what a pass (or a runtime record update) wrote, or may be writing, since the drift check's probe:
         # container ids and slice probe ids (qos_slices.PROBE_PREFIX); a read of one may be older or newer
-        # than what the core knows of it, so the check leaves it to its next read (repairs.drifts)
+        # than what the core knows of it, so the check leaves it to its next read (repairs.decide_repairs)
         self.overlapped: set[str] = set()
         self._ids = 0
 

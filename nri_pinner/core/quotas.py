@@ -48,8 +48,8 @@ import structlog
 from .effects import ArmTimer, PodQuotaItem
 from .events import PodQuotaResult
 from .pod_level import pod_cpu_quota
-from .records import Tracked
 from .reply_updates import UNLIMITED, update_quota
+from .state import ContainerRecord
 
 if TYPE_CHECKING:
     from .context import CoreContext
@@ -97,7 +97,7 @@ class QuotaBook:
         self._noted = False  # cgroup writes off: said once
 
     # -- containers: what the NRI reply says -------------------------------------------------------
-    def container_quota(self, t: Tracked) -> int | None:
+    def container_quota(self, t: ContainerRecord) -> int | None:
         """The CPU quota the create's adjustment or an update of `t` sets: -1 while it holds exclusive
         CPUs and has a quota; None leaves the kubelet's."""
         quota = update_quota(self.enabled, self.core.node.state, t)
@@ -245,7 +245,7 @@ class QuotaBook:
             self.core.emit(ArmTimer(CHECK_TIMER, self.period))
 
 
-def _cgroup_of(members: Iterable[Tracked]) -> tuple[str, str] | None:
+def _cgroup_of(members: Iterable[ContainerRecord]) -> tuple[str, str] | None:
     """(pod cgroup, "<namespace>/<pod>") from the first of a pod's kubelet containers that names it."""
     for t in members:
         if t.intent.kubelet and t.cgroups_path:

@@ -1,10 +1,10 @@
 """Drift repair and CPU hotplug in the core. The reconcile edge (`edge/watch/reconcile.py`) reads the
-cgroups the core names (`probes`), the core decides each drift's repair (`drifts`): the cgroup is
+cgroups the core names (`list_probes`), the core decides each drift's repair (`decide_repairs`): the cgroup is
 rewritten by a pass (the same ordered writes as every pool change, never beside one), or, with
 cgroup writes off, the repair goes through the runtime — which the edge sends and reports back
 (`runtime_repaired`). A hotplug rebuilds the engine at the edge; the core moves the state onto it.
 
-Only started containers are checked (`Tracked.started`: StartContainer seen, or running at
+Only started containers are checked (`ContainerRecord.started`: StartContainer seen, or running at
 Synchronize). Before its start a container's cgroup is runc's, mid-making: containerd runs runc
 create inside CRI StartContainer, before it tells plugins, and under the systemd driver the scope
 can exist with an empty cgroup-v2 `cpuset.cpus` until runc writes it. What the create's reply (or a
@@ -27,7 +27,7 @@ from ..engine.qos import QoS
 from .effects import Park
 from .events import CpusetsRead, RuntimeRepaired, TopologyChanged, WriteResult
 from .qos_slices import PROBE_PREFIX
-from .records import Mems
+from .state import Mems
 
 if TYPE_CHECKING:
     from .context import CoreContext, Reply
@@ -59,7 +59,7 @@ class DriftBatch:
     pending: dict[str, Drift] = field(default_factory=dict)  # container id -> drift its pass is writing
 
 
-def probes(core: CoreContext) -> Reply:
+def list_probes(core: CoreContext) -> Reply:
     """The cgroups to read: those of the started containers (module doc), and the QoS slices that hold the
     pool (core/qos_slices.py)."""
     core.passes.probed()
@@ -68,7 +68,7 @@ def probes(core: CoreContext) -> Reply:
             *(DriftProbe(*probe) for probe in core.slices.probes())]
 
 
-def drifts(core: CoreContext, event: CpusetsRead) -> Reply:
+def decide_repairs(core: CoreContext, event: CpusetsRead) -> Reply:
     """The drifts as they stand now (events since the probe may have changed a desired set or removed
     the container), each with how it is repaired; parked while a pass writes the cgroup ones."""
     node = core.node

@@ -34,8 +34,8 @@ from .events import UpdateContainer, UpdatePodSandbox
 from .intent import GUARANTEED, cpu_limit_milli, shares_to_milli
 from .lifecycle import pending_updates, release_seeded
 from .rebuild import note_unreadable, rebuild
-from .records import Tracked
 from .reply_updates import UNLIMITED, cpu_update
+from .state import ContainerRecord
 
 if TYPE_CHECKING:
     from .context import CoreContext, Reply
@@ -48,7 +48,7 @@ def is_resize(cpu: Any) -> bool:
     return bool(cpu.shares.value or cpu.quota.value)
 
 
-def requested(t: Tracked, resources: api.LinuxResources) -> tuple[int, int]:
+def requested(t: ContainerRecord, resources: api.LinuxResources) -> tuple[int, int]:
     """(request, limit) in millicores from an update's LinuxResources."""
     cpu = resources.cpu
     request = shares_to_milli(int(cpu.shares.value)) if cpu.HasField("shares") else t.intent.request_milli
@@ -126,7 +126,7 @@ def update_pod_sandbox(core: CoreContext, event: UpdatePodSandbox) -> Reply:
     return None
 
 
-def _adopt(core: CoreContext, event: UpdateContainer) -> Tracked | None:
+def _adopt(core: CoreContext, event: UpdateContainer) -> ContainerRecord | None:
     """Track a running container this update names but Synchronize did not list (README "Resize":
     unknown containers): containerd 1.7 never synchronizes a pre-installed plugin, and a runtime
     that has not loaded every container yet leaves them out. It is placed by the rebuild rules
@@ -174,7 +174,7 @@ def _unknown(core: CoreContext, req: api.UpdateContainerRequest) -> Reply:
     return UpdatesReply(tuple(updates))
 
 
-def _reply(core: CoreContext, t: Tracked, resized: bool) -> Reply:
+def _reply(core: CoreContext, t: ContainerRecord, resized: bool) -> Reply:
     """The container's set (the runtime applies it with the update), plus pool changes for
     containers without a cgroup. After a resize a started container's told set is left to the
     passes, whose ordered pass writes it."""
@@ -194,7 +194,7 @@ def _reply(core: CoreContext, t: Tracked, resized: bool) -> Reply:
     return UpdatesReply((mine, *pending_updates(core, exclude=t.container_id)))
 
 
-def _resize(core: CoreContext, t: Tracked, event: UpdateContainer) -> int | Refusal:
+def _resize(core: CoreContext, t: ContainerRecord, event: UpdateContainer) -> int | Refusal:
     """Apply a kubelet resize; returns the generation the reply must wait for (0: none)."""
     node, req = core.node, event.req
     request, limit = requested(t, req.linux_resources)
@@ -227,7 +227,7 @@ def _resize(core: CoreContext, t: Tracked, event: UpdateContainer) -> int | Refu
     return 0
 
 
-def _like(core: CoreContext, t: Tracked, event: UpdateContainer) -> AdmissionRequest | None:
+def _like(core: CoreContext, t: ContainerRecord, event: UpdateContainer) -> AdmissionRequest | None:
     """What a create of this container is asked beyond its CPUs (its devices; the NIC provider
     reads the pod's NICs itself), for the fresh admission of fractional -> integer; None for a
     container that is exclusive already (a grow stays inside its admitted affinity). Its memory
@@ -241,7 +241,7 @@ def _like(core: CoreContext, t: Tracked, event: UpdateContainer) -> AdmissionReq
     return AdmissionRequest(*t.key, t.intent.qos, init=t.intent.init, restartable=t.intent.restartable, **extras)
 
 
-def _note(core: CoreContext, t: Tracked, outcome: str, reason: str, before: CPUSet, after: CPUSet, request: int,
+def _note(core: CoreContext, t: ContainerRecord, outcome: str, reason: str, before: CPUSet, after: CPUSet, request: int,
           limit: int, message: str, d: ResizeDecision | None = None, at: float | None = None) -> None:
     """Log, count and remember (for status) one resize. ``at``: the wall time the edge received the
     update (`UpdateContainer.at`; None, from an event the edge did not stamp: status shows no "at").

@@ -33,9 +33,9 @@ from ..core.effects import (
     WriteCheckpoint,
 )
 from ..core.node import NodeCore, Outcome, Reply
-from ..core.records import NodeState, Told, View
 from ..core.reply_updates import cpu_update, view_update
 from ..core.resizing import adoptable, is_resize
+from ..core.state import NodeState, Told, View
 from ..engine.admission import Engine
 from ..engine.cpuset import CPUSetError
 from ..engine.devicemanager.podresources import PodResourcesView

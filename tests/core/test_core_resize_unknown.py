@@ -14,8 +14,8 @@ from core_harness import Edge, container, make_core, pod, resize, updates_of
 
 from nri_pinner.core import events as ev
 from nri_pinner.core.effects import Park, Refusal
-from nri_pinner.core.records import Told
 from nri_pinner.core.resizing import adoptable
+from nri_pinner.core.state import Told
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 

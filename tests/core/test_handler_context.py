@@ -13,8 +13,10 @@ import pytest
 CORE = Path(__file__).resolve().parents[2] / "nri_pinner" / "core"
 NODE = "nri_pinner.core.node"
 # the modules the node core hands itself to, and the books among them (their classes take it as `core`)
-HANDLERS = ("lifecycle", "connection", "passes", "repairs", "resizing", "runtime_records", "quotas", "qos_slices")
-BOOKS = {"passes": "PassBook", "runtime_records": "RecordSync", "quotas": "QuotaBook", "qos_slices": "QosSlices"}
+HANDLERS = ("lifecycle", "connection", "passes", "repairs", "resizing", "runtime_record_updates", "quotas",
+            "qos_slices")
+BOOKS = {"passes": "PassBook", "runtime_record_updates": "RuntimeRecordUpdater", "quotas": "QuotaBook",
+         "qos_slices": "QosSlices"}
 
 
 def _tree(name: str) -> ast.Module:

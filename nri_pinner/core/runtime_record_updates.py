@@ -38,7 +38,7 @@ GAP_SECONDS = 0.05  # between two record updates: the runtime's other calls go f
 RETRY_SECONDS = (10.0, 30.0, 60.0, 120.0, 300.0)
 
 
-class RecordSync:
+class RuntimeRecordUpdater:
     """When records are updated and which one is next (the record itself: `NodeState.recorded`)."""
 
     def __init__(self, core: CoreContext, quiet_seconds: float) -> None:

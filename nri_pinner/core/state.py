@@ -28,7 +28,7 @@ K = TypeVar("K", str, tuple[str, str])
 
 
 @dataclass
-class Tracked:
+class ContainerRecord:
     """One runtime container we manage (keyed by container id)."""
 
     container_id: str
@@ -56,19 +56,19 @@ class Tracked:
         return (self.intent.pod_key, self.intent.container)
 
 
-class Containers(dict[str, Tracked]):
-    """Container id -> Tracked, indexed by pod and by (pod, container name) as well, so that
+class Containers(dict[str, ContainerRecord]):
+    """Container id -> ContainerRecord, indexed by pod and by (pod, container name) as well, so that
     per-event lookups (the pod's other containers, a restarted container's old record) cost the
     same on an empty node and a full one, and in a small pod and a big one."""
 
-    def __init__(self, items: dict[str, Tracked] | None = None) -> None:
+    def __init__(self, items: dict[str, ContainerRecord] | None = None) -> None:
         super().__init__()
-        self.by_pod: dict[str, dict[str, Tracked]] = {}
-        self._by_key: dict[tuple[str, str], dict[str, Tracked]] = {}
+        self.by_pod: dict[str, dict[str, ContainerRecord]] = {}
+        self._by_key: dict[tuple[str, str], dict[str, ContainerRecord]] = {}
         for cid, t in (items or {}).items():
             self[cid] = t
 
-    def __setitem__(self, cid: str, t: Tracked) -> None:
+    def __setitem__(self, cid: str, t: ContainerRecord) -> None:
         old = self.get(cid)
         if old is not None:
             self._unindex(cid, old)
@@ -81,26 +81,26 @@ class Containers(dict[str, Tracked]):
         super().__delitem__(cid)
         self._unindex(cid, t)
 
-    def pop(self, cid: str, default: Tracked | None = None) -> Tracked | None:  # type: ignore[override]
+    def pop(self, cid: str, default: ContainerRecord | None = None) -> ContainerRecord | None:  # type: ignore[override]
         t = self.get(cid)
         if t is None:
             return default
         del self[cid]
         return t
 
-    def in_pod(self, pod_key: str) -> list[Tracked]:
+    def in_pod(self, pod_key: str) -> list[ContainerRecord]:
         return list(self.by_pod.get(pod_key, {}).values())
 
-    def with_key(self, key: tuple[str, str]) -> list[Tracked]:
+    def with_key(self, key: tuple[str, str]) -> list[ContainerRecord]:
         """The records of one pod's container name (two while a restarted container replaces one)."""
         return list(self._by_key.get(key, {}).values())
 
-    def _unindex(self, cid: str, t: Tracked) -> None:
+    def _unindex(self, cid: str, t: ContainerRecord) -> None:
         _drop(self.by_pod, t.key[0], cid)
         _drop(self._by_key, t.key, cid)
 
 
-def _drop(index: dict[K, dict[str, Tracked]], k: K, cid: str) -> None:
+def _drop(index: dict[K, dict[str, ContainerRecord]], k: K, cid: str) -> None:
     entries = index.get(k)
     if entries is not None:
         entries.pop(cid, None)
@@ -111,12 +111,12 @@ def _drop(index: dict[K, dict[str, Tracked]], k: K, cid: str) -> None:
 @dataclass(frozen=True)
 class View:
     """What inspection reads: the engine and state of one moment, and that moment's containers.
-    The `Tracked` records are shared; the fields a view reads (ids, intent, stopped) are only
+    The `ContainerRecord` records are shared; the fields a view reads (ids, intent, stopped) are only
     ever replaced whole, so a reader sees either the old or the new value."""
 
     engine: Engine
     state: EngineState
-    containers: dict[str, Tracked]
+    containers: dict[str, ContainerRecord]
     decisions: tuple[dict[str, Any], ...]
     generation: int
 
@@ -172,7 +172,7 @@ class NodeState:
     # started containers whose cgroup write failed (or systemd refused): only a reply's NRI update reaches them
     via_reply: set[str] = field(default_factory=set)
     # container id -> the cpuset the runtime's own record (containerd's stored spec) holds, as far as we
-    # know (absent = unknown); runc writes it back on any later update (core/runtime_records.py)
+    # know (absent = unknown); runc writes it back on any later update (core/runtime_record_updates.py)
     recorded: dict[str, Told] = field(default_factory=dict)
     # the PodResources List as last delivered, for init/app roles: (namespace, pod) -> listed containers
     # (None: no List, or the kubelet's socket is absent)
@@ -190,14 +190,14 @@ class NodeState:
     # cpuset.mems per (engine, cpus): every shared container asks for the same pool's
     _mems: dict[tuple[Engine, CPUSet], Mems] = field(default_factory=dict, repr=False)
 
-    def assignment(self, t: Tracked) -> Assignment | None:
+    def assignment(self, t: ContainerRecord) -> Assignment | None:
         return self.state.get(*t.key)
 
     @property
     def shared_pool(self) -> CPUSet:
         return shared_pool_of(self.engine, self.state)
 
-    def desired(self, t: Tracked) -> Told:
+    def desired(self, t: ContainerRecord) -> Told:
         return desired_of(self.engine, self.state, self.shared_pool, t.key, self.mems_of)
 
     def mems_of(self, cpus: CPUSet) -> Mems:
@@ -209,7 +209,7 @@ class NodeState:
             mems = self._mems[key] = self.engine.mems_of(cpus)
         return mems
 
-    def by_key(self, key: tuple[str, str]) -> Tracked | None:
+    def by_key(self, key: tuple[str, str]) -> ContainerRecord | None:
         found = self.containers.with_key(key)
         return found[0] if found else None
 
@@ -239,7 +239,7 @@ class NodeState:
         """The newest published view (publishes one first if none exists yet)."""
         return self.published if self.published is not None else self.publish()
 
-    def drop(self, container_id: str) -> Tracked | None:
+    def drop(self, container_id: str) -> ContainerRecord | None:
         """Forget a container: its record and what it was told."""
         self.told.pop(container_id, None)
         self.recorded.pop(container_id, None)
