@@ -15,6 +15,9 @@ The rules live beside it: container lifecycle (`lifecycle.py`), resize (`resizin
 and Synchronize (`connection.py`), drift and hotplug (`repairs.py`), cgroup passes and parked replies
 (`passes.py`); who is init or app (`roles.py`), what the kubelet meant (`intent.py`), rebuilding
 (`rebuild.py`), the checkpoint (`checkpoint.py`), which updates a reply carries (`reply_updates.py`).
+The rules and the books (passes, runtime record updates, pod quotas, QoS slices) are handed this core as a
+`CoreContext` (`context.py`: the state, the settings, the books, and `emit`/`count`/`commit`/...), never as
+itself (tests/core/test_handler_context.py); what they keep between events lives in the state (`state.py`).
 """
 
 from __future__ import annotations

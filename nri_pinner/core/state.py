@@ -1,11 +1,11 @@
-"""The node's state as the core holds it: engine state, the per-container records, and what the
-runtime (or the container's cgroup) was last told about each container (`NodeState.told`, as the
-kubelet's lastUpdateState).
+"""The node's state as the core holds it: engine state, the per-container records (`ContainerRecord`),
+what the runtime (or the container's cgroup) was last told about each container (`NodeState.told`, as
+the kubelet's lastUpdateState), and what the core's rules keep between events (the checkpoint's hints,
+its holds, the containers waiting to be pinned, the stopped sandboxes, the drift repairs a pass writes).
 
 One writer: the node core (core/node.py) and the rules it hands the state to (core/context.py), on the
-node thread; no lock. After each change the core
-`publish()`es an immutable `View`; inspection, metrics and the fallbacks on the wire loop read the
-newest view without any lock.
+node thread; no lock. After each change the core `publish()`es an immutable `View`; inspection, metrics
+and the fallbacks on the wire loop read the newest view without any lock.
 """
 
 from __future__ import annotations
