@@ -21,7 +21,7 @@ from ..engine.cpumanager.state import Assignment, EngineState
 from ..engine.cpuset import CPUSet
 from ..engine.memorymanager.provider import memory_state
 from ..engine.memorymanager.state import Block
-from .records import Tracked
+from .state import ContainerRecord
 
 FORMAT_VERSION = 1
 KIND = "nri-pinner-checkpoint"
@@ -70,11 +70,11 @@ def decode(data: bytes) -> LoadedCheckpoint:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What the body is built from. `containers` is a copy of the core's records dict: its `Tracked`
+    """What the body is built from. `containers` is a copy of the core's records dict: its `ContainerRecord`
     records are shared, but the fields read here (ids, the intent's key) never change."""
 
     state: EngineState
-    containers: Mapping[str, Tracked]
+    containers: Mapping[str, ContainerRecord]
     reserved: CPUSet
     shared: CPUSet
     extra: Callable[[tuple[str, str]], dict[str, Any]] | None = None  # more per entry (memory blocks)

@@ -17,53 +17,53 @@ from .events import Configured, ReplyDiscarded, Synchronize
 from .lifecycle import pending_updates
 from .passes import pass_wait_seconds
 from .rebuild import note_unreadable, rebuild
-from .records import Containers
 from .repairs import abandon
+from .state import Containers
 
 if TYPE_CHECKING:
-    from .node import NodeCore, Reply
+    from .context import CoreContext, Reply
 
 log = structlog.get_logger("nri_pinner.service")
 
 
-def configure(core: NodeCore, event: Configured) -> Reply:
+def configure(core: CoreContext, event: Configured) -> Reply:
     core.passes.wait_seconds = pass_wait_seconds(event.request_timeout_ms)
     seed(core)
     return None
 
 
-def seed(core: NodeCore) -> None:
+def seed(core: CoreContext) -> None:
     """Hold the checkpoint's exclusive CPUs until Synchronize replaces them with the runtime's view.
 
     NRI v0.6.1 (containerd 1.7) never synchronizes pre-installed plugins, so without this a
     restarted node could hand a running container's exclusive CPUs to a new one.
     """
     node = core.node
-    if node.containers or not core.prior:
+    if node.containers or not node.prior:
         return
-    state, core.seeded, problems = held_from_checkpoint(node.engine, core.prior)
+    state, node.seeded, problems = held_from_checkpoint(node.engine, node.prior)
     for problem in problems:
         log.warning("checkpoint entry ignored", problem=problem)
     node.state, repairs = node.engine.policy.start(state)
     for message in repairs:
         log.warning("state repaired", repair=message)
     node.publish()
-    log.info("holding checkpointed exclusive CPUs until the runtime synchronizes", containers=len(core.seeded),
+    log.info("holding checkpointed exclusive CPUs until the runtime synchronizes", containers=len(node.seeded),
              exclusive=str(node.state.exclusive_cpus()))
 
 
-def synchronize(core: NodeCore, event: Synchronize) -> Reply:
+def synchronize(core: CoreContext, event: Synchronize) -> Reply:
     """Rebuild; the started containers' cgroups are written by a pass this reply waits for, so a failed
     write can still ride on it."""
     node = core.node
     cgroups = event.cgroups
-    result = rebuild(node.engine, core.prior, event.pods, event.containers, cgroups.get if cgroups else None,
+    result = rebuild(node.engine, node.prior, event.pods, event.containers, cgroups.get if cgroups else None,
                      gated=pod_level.gate_on_in_container_scope(core.settings),
                      pod_scope=pod_scope_blocks.gate_on_in_pod_scope(core.settings))
     node.state, node.containers = result.state, Containers(result.containers)
     node.told, node.via_reply, node.recorded = result.told, set(), result.recorded
-    core.seeded.clear()
-    core.waiting = result.waiting
+    node.seeded.clear()
+    node.waiting = result.waiting
     core.quotas.reset()  # the first pass reads every exclusive pod's cgroup quota again
     note_unreadable(result, core.count)
     for message in result.repairs:
@@ -77,25 +77,25 @@ def synchronize(core: NodeCore, event: Synchronize) -> Reply:
                  updates=len(updates), shared=str(node.shared_pool))
         return UpdatesReply(updates)
 
-    if not core.cgroup_writes:
+    if not core.node.cgroup_writes:
         return reply(False)
     return core.park_until_pass(generation, reply, "Synchronize")
 
 
-def closed(core: NodeCore) -> Reply:
+def forget_connection(core: CoreContext) -> Reply:
     """The next Synchronize rebuilds from the runtime; what we know now is the best hint."""
     node = core.node
     node.forget_told()
     core.passes.forget()
     abandon(core)
     view = node.view()
-    core.prior = checkpoint_entries(Snapshot(view.state, view.containers, view.engine.policy.reserved,
+    node.prior = checkpoint_entries(Snapshot(view.state, view.containers, view.engine.policy.reserved,
                                              view.shared_pool, lambda key: entry_extras(view.engine, view.state,
                                                                                           key)).body())
     return None
 
 
-def discarded(core: NodeCore, event: ReplyDiscarded) -> Reply:
+def undo_discarded_reply(core: CoreContext, event: ReplyDiscarded) -> Reply:
     """A late answer never reached the runtime: undo what it decided and resend every cpuset."""
     node = core.node
     if event.handler == "create_container":

@@ -11,10 +11,10 @@ from ..engine.cpuset import CPUSet
 from ..engine.topologymanager.explain import HintSummaries, settle_all
 from ..nri.gen import api_pb2 as api
 from .checkpoint import Snapshot
-from .records import Mems, Told
+from .state import Mems, Told
 
 if TYPE_CHECKING:
-    from .node import Reply
+    from .context import Reply
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class Count:
 
 @dataclass(frozen=True)
 class Timed:
-    """The event was a decision the edge times (the core reads no clock): it measures `NodeCore.handle`
+    """The event was a decision the edge times (the core reads no clock): it measures the core's `handle`
     for the event and reports the seconds — observed in histogram ``histogram`` (an admission), and/or
     logged at info as ``message`` with ``fields`` and ``decision_ms`` (an applied resize)."""
 

@@ -11,7 +11,7 @@ from ..engine.admission_engine import Engine
 from ..engine.cpuset import CPUSet
 from ..engine.decision import AdmissionExtras
 from ..nri.gen import api_pb2 as api
-from .records import Mems, Told
+from .state import Mems, Told
 
 CgroupReads = Mapping[str, Told | None]  # cgroups path -> what its cgroup holds (None: unreadable)
 Extras = AdmissionExtras  # AdmissionRequest keyword arguments from the container's devices and memory
@@ -184,7 +184,7 @@ class RecordResult:
 
 @dataclass(frozen=True)
 class RecordsSynced:
-    """The runtime record updates of `SyncRecords(sync_id)` are over (core/runtime_records.py)."""
+    """The runtime record updates of `SyncRecords(sync_id)` are over (core/runtime_record_updates.py)."""
 
     sync_id: int
     results: Sequence[RecordResult]

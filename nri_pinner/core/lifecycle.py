@@ -20,22 +20,22 @@ from .effects import Refusal, Timed
 from .events import CreateContainer, RemoveContainer, RemovePodSandbox, StartContainer, StopContainer, StopPodSandbox
 from .intent import GUARANTEED, IntentError, cpu_limit_milli, intent_from_nri
 from .rebuild import repin_waiting
-from .records import Tracked, mems_text
 from .reply_updates import UNLIMITED, reply_updates
 from .roles import decide_role, mark_sidecars, release_pod, role_at_create
+from .state import ContainerRecord, mems_text
 
 if TYPE_CHECKING:
     from ..engine.decision import Decision
-    from .node import NodeCore, Reply
+    from .context import CoreContext, Reply
 
 log = structlog.get_logger("nri_pinner.service")
 
 
-def pending_updates(core: NodeCore, exclude: str = "") -> tuple[CpusetUpdate, ...]:
-    return tuple(reply_updates(core.node, core.cgroup_writes, exclude))
+def pending_updates(core: CoreContext, exclude: str = "") -> tuple[CpusetUpdate, ...]:
+    return tuple(reply_updates(core.node, core.node.cgroup_writes, exclude))
 
 
-def create(core: NodeCore, event: CreateContainer) -> Reply:
+def create(core: CoreContext, event: CreateContainer) -> Reply:
     req, node = event.req, core.node
     try:
         intent = intent_from_nri(req.pod, req.container)
@@ -67,7 +67,7 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     state, decision = in_block if in_block is not None else node.engine.admit(node.state, request)
     _count_providers(core, decision)
     core.count("pinning_requests")
-    core.effects.append(Timed("allocation_seconds"))  # the edge times the create (the core reads no clock)
+    core.emit(Timed("allocation_seconds"))  # the edge times the create (the core reads no clock)
     outcome = "admitted"
     if not decision.admitted:
         core.count("rejected", decision.reason)
@@ -83,7 +83,7 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     node.state = state
     for old in node.containers.with_key((intent.pod_key, intent.container)):
         node.drop(old.container_id)  # a restarted container replaces the old record
-    t = Tracked(intent.container_id, req.container.pod_sandbox_id, intent, req.container.linux.cgroups_path,
+    t = ContainerRecord(intent.container_id, req.container.pod_sandbox_id, intent, req.container.linux.cgroups_path,
                 cfs_quota=int(req.container.linux.resources.cpu.quota.value))
     node.containers[t.container_id] = t
     cpus, mems = node.desired(t)
@@ -106,7 +106,7 @@ def create(core: NodeCore, event: CreateContainer) -> Reply:
     return CreateReply(str(own[0]), mems_text(own[1]), updates, quota)
 
 
-def _count_providers(core: NodeCore, decision: Decision) -> None:
+def _count_providers(core: CoreContext, decision: Decision) -> None:
     """Per hint provider: the admissions it took part in, or the rejections it could not be satisfied in."""
     if decision.admitted:
         for provider in decision.provider_hints:
@@ -116,7 +116,7 @@ def _count_providers(core: NodeCore, decision: Decision) -> None:
             core.count("provider_rejections", name)
 
 
-def start(core: NodeCore, event: StartContainer) -> Reply:
+def start(core: CoreContext, event: StartContainer) -> Reply:
     """An exclusive container starts only once no started container's cgroup holds its CPUs."""
     node = core.node
     t = node.containers.get(event.container_id)
@@ -127,18 +127,18 @@ def start(core: NodeCore, event: StartContainer) -> Reply:
     exclusive = a is not None and a.exclusive
     desired, own = node.desired(t), core.slices.own(t)
     told = node.told.get(t.container_id)
-    if core.cgroup_writes and told != desired and own == desired:
+    if core.node.cgroup_writes and told != desired and own == desired:
         core.passes.want(node.generation)  # its own cgroup lags (the pool changed since its create)
-    elif core.cgroup_writes and (told != own or core.slices.lags(t)):
+    elif core.node.cgroup_writes and (told != own or core.slices.lags(t)):
         core.passes.lagging()  # below a QoS slice: its cgroup gets the wide set (core/qos_slices.py)
-    if not core.cgroup_writes or not exclusive:
+    if not core.node.cgroup_writes or not exclusive:
         return None
     # A pass begun after this container got its CPUs narrowed every started neighbour; later
     # changes (a Burstable create beside it) never hand those CPUs back: no newer pass needed.
     return core.park_until_pass(t.start_after or node.generation, lambda late: None, "StartContainer")
 
 
-def stop(core: NodeCore, event: StopContainer) -> Reply:
+def stop(core: CoreContext, event: StopContainer) -> Reply:
     node = core.node
     t = node.containers.get(event.container_id)
     if t is None:
@@ -175,7 +175,7 @@ def stop(core: NodeCore, event: StopContainer) -> Reply:
     return UpdatesReply(updates)
 
 
-def remove(core: NodeCore, event: RemoveContainer) -> Reply:
+def remove(core: CoreContext, event: RemoveContainer) -> Reply:
     node = core.node
     t = node.drop(event.container_id) if event.container_id in node.containers else None
     if t is None and _release_seeded(core, event.container_id):
@@ -187,17 +187,17 @@ def remove(core: NodeCore, event: RemoveContainer) -> Reply:
     return None
 
 
-def stop_pod(core: NodeCore, event: StopPodSandbox) -> Reply:
+def stop_pod(core: CoreContext, event: StopPodSandbox) -> Reply:
     """The pod is going (or its sandbox is being recreated): no container of this sandbox runs
     again, so every CPU its containers kept goes back (kubelet: removeStaleState once the pod is
     inactive; see roles.py)."""
     node, pod = core.node, event.pod
-    core.stopped_sandboxes.add(pod.id)
+    core.node.stopped_sandboxes.add(pod.id)
     pod_key = pod.uid or pod.name
     for t in node.containers.in_pod(pod_key):
         if t.sandbox_id == pod.id:
             t.stopped = True
-    released = release_pod(node, pod_key, pod.id, core.stopped_sandboxes)
+    released = release_pod(node, pod_key, pod.id, core.node.stopped_sandboxes)
     if released:
         repin(core)
     core.commit()
@@ -205,38 +205,38 @@ def stop_pod(core: NodeCore, event: StopPodSandbox) -> Reply:
     return None
 
 
-def remove_pod(core: NodeCore, event: RemovePodSandbox) -> Reply:
+def remove_pod(core: CoreContext, event: RemovePodSandbox) -> Reply:
     node, pod = core.node, event.pod
     pod_key = pod.uid or pod.name
     for t in node.containers.in_pod(pod_key):
         if t.sandbox_id == pod.id:
             node.drop(t.container_id)
-    release_pod(node, pod_key, pod.id, core.stopped_sandboxes)
-    core.stopped_sandboxes.discard(pod.id)
+    release_pod(node, pod_key, pod.id, core.node.stopped_sandboxes)
+    core.node.stopped_sandboxes.discard(pod.id)
     repin(core)
     core.commit()
     return None
 
 
-def repin(core: NodeCore) -> None:
-    if core.waiting:
-        for message in repin_waiting(core.node, core.waiting):
+def repin(core: CoreContext) -> None:
+    if core.node.waiting:
+        for message in repin_waiting(core.node, core.node.waiting):
             log.warning("state repaired", repair=message)
 
 
-def _release_seeded(core: NodeCore, container_id: str) -> bool:
-    key = core.seeded.pop(container_id, None)
+def _release_seeded(core: CoreContext, container_id: str) -> bool:
+    key = core.node.seeded.pop(container_id, None)
     if key is None:
         return False
     core.node.state = core.node.engine.remove(core.node.state, *key)
     return True
 
 
-def release_seeded(core: NodeCore, container_id: str) -> bool:
+def release_seeded(core: CoreContext, container_id: str) -> bool:
     return _release_seeded(core, container_id)
 
 
-def _pod_cpus(core: NodeCore, pod: api.PodSandbox) -> int | None:
+def _pod_cpus(core: CoreContext, pod: api.PodSandbox) -> int | None:
     """Pod scope: the pod's exclusive CPU total from its pod-level quota (kubelet sums limits)."""
     if core.settings.topology_manager.scope != "pod":
         return None

@@ -11,20 +11,16 @@ without NIC hints (``late``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..nri.gen import api_pb2 as api
+from .context import CoreContext
 from .effects import ArmTimer, CreateNow, Park
 from .events import AwaitNics
-
-if TYPE_CHECKING:
-    from .node import NodeCore
 
 TIMER = "nic:"  # + the parked create's token
 
 
 class NicWaits:
-    def __init__(self, core: NodeCore) -> None:
+    def __init__(self, core: CoreContext) -> None:
         self.core = core
         self.waiting: dict[int, api.CreateContainerRequest] = {}  # parked token -> the create
 
@@ -32,7 +28,7 @@ class NicWaits:
         """Park the create until its pod's lookup is done, at most ``event.wait_seconds``."""
         token = self.core.passes.new_token()  # the core's one token space: the edge keys parked replies by it
         self.waiting[token] = event.req
-        self.core.effects.append(ArmTimer(f"{TIMER}{token}", event.wait_seconds))
+        self.core.emit(ArmTimer(f"{TIMER}{token}", event.wait_seconds))
         return Park(token)
 
     def looked_up(self, token: int) -> None:
@@ -46,4 +42,4 @@ class NicWaits:
     def _over(self, token: int, late: bool) -> None:
         req = self.waiting.pop(token, None)
         if req is not None:
-            self.core.effects.append(CreateNow(token, req, late))
+            self.core.emit(CreateNow(token, req, late))

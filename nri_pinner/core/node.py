@@ -14,7 +14,11 @@ effect says which), counters leave as `Count` effects, and the pool gauges are r
 The rules live beside it: container lifecycle (`lifecycle.py`), resize (`resizing.py`), connection
 and Synchronize (`connection.py`), drift and hotplug (`repairs.py`), cgroup passes and parked replies
 (`passes.py`); who is init or app (`roles.py`), what the kubelet meant (`intent.py`), rebuilding
-(`rebuild.py`), the checkpoint (`checkpoint.py`), which updates a reply carries (`reply_updates.py`).
+(`rebuild.py`), the checkpoint (`checkpoint.py`), which updates a reply carries (`reply_updates.py`),
+what an update needs read (`update_inputs.py`), creates waiting for their pod's NICs (`nic_waits.py`).
+The rules and the books (passes, runtime record updates, pod quotas, QoS slices) are handed this core as a
+`CoreContext` (`context.py`: the state, the settings, the books, and `emit`/`count`/`commit`/...), never as
+itself (tests/core/test_handler_context.py); what they keep between events lives in the state (`state.py`).
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..engine.admission_engine import Decision, Engine
-from ..nri.handlers import CreateReply, UpdatesReply
 from . import connection, lifecycle, nic_waits, quotas, repairs, resizing
 from .checkpoint import Snapshot, checkpoint_entries, entry_extras
+from .context import Drifts, Reply
 from .effects import Count, Effect, ListPodResources, Park, Refusal, Resolve, SettleWhenIdle, WriteCheckpoint
 from .events import (
     AwaitNics,
@@ -60,23 +64,14 @@ from .events import (
 from .intent import ContainerIntent
 from .passes import PassBook
 from .qos_slices import QosSlices
-from .records import NodeState
-from .repairs import Drift, DriftProbe
-from .runtime_records import RETRY_TIMER as RECORDS_RETRY_TIMER
-from .runtime_records import TIMER as RECORDS_TIMER
-from .runtime_records import RecordSync
+from .runtime_record_updates import RETRY_TIMER as RECORDS_RETRY_TIMER
+from .runtime_record_updates import TIMER as RECORDS_TIMER
+from .runtime_record_updates import RuntimeRecordUpdater
+from .state import NodeState
 
 if TYPE_CHECKING:
     from ..config import Settings  # a type only: the settings module reads and checks files
     from .effects import CounterName
-
-Drifts = list[tuple[Drift, str]]  # the reconcile edge's drifts, each with how it was repaired
-# What `handle` answers an event with: a typed NRI reply (nri/handlers.py: CreateContainer's `CreateReply`;
-# Synchronize's, StopContainer's and UpdateContainer's `UpdatesReply`), a `Refusal` (a create or a resize), a
-# `Park` (the reply comes later as a `Resolve`), AwaitPass's bool, the reconcile edge's probes (DriftCheck) and
-# drifts (CpusetsRead), or None (every other event, and a parked StartContainer's).
-Reply = CreateReply | UpdatesReply | Refusal | Park | bool | list[DriftProbe] | Drifts | None
-
 
 @dataclass
 class Outcome:
@@ -88,21 +83,18 @@ class NodeCore:
     def __init__(self, settings: Settings, engine: Engine, prior: Mapping[str, Any] | None = None,
                  cgroup_writes: bool = True, qos_slices: Sequence[str] | None = None) -> None:
         self.settings = settings
-        self.node = NodeState(engine, engine.initial_state())
-        self.cgroup_writes = cgroup_writes
-        self.prior = checkpoint_entries(prior)  # container id -> checkpoint entry (a hint for rebuild)
-        self.seeded: dict[str, tuple[str, str]] = {}  # checkpoint holds not yet replaced by a Synchronize
-        self.waiting: list[str] = []  # Guaranteed containers Synchronize left on the shared pool, oldest first
-        self.stopped_sandboxes: set[str] = set()  # StopPodSandbox seen, RemovePodSandbox not yet
+        # the state, with what the rules keep between events (the checkpoint's entries: hints for rebuild)
+        self.node = NodeState(engine, engine.initial_state(), cgroup_writes=cgroup_writes,
+                              prior=checkpoint_entries(prior))
+        # the books: each is handed this core as a `CoreContext` (core/context.py), never as itself
         self.passes = PassBook(self)
-        self.records = RecordSync(self, settings.reconcile.runtime_record_quiet_seconds)
-        self.drift_batches: list[repairs.DriftBatch] = []  # drift repairs a pass is writing
+        self.records = RuntimeRecordUpdater(self, settings.reconcile.runtime_record_quiet_seconds)
         self.quotas = quotas.QuotaBook(self)  # pods' cgroups left without a CFS quota
         # the shared pool held on the QoS slices (cgroup v2, systemd driver): None = not, else the QoS slices
         # the edge found (more are learnt from containers' cgroups paths)
         self.slices = QosSlices(self, qos_slices is not None and cgroup_writes, qos_slices or ())
         self.nic_waits = nic_waits.NicWaits(self)  # creates waiting for their pod's NIC lookup
-        self.effects: list[Effect] = []  # of the event being handled
+        self.effects: list[Effect] = []  # of the event being handled (handlers add through `emit`)
         self.node.publish()
 
     # -- the one entry point ---------------------------------------------------------------------
@@ -139,9 +131,9 @@ class NodeCore:
             case Configured():
                 return connection.configure(self, event)
             case ConnectionClosed():
-                return connection.closed(self)
+                return connection.forget_connection(self)
             case ReplyDiscarded():
-                return connection.discarded(self, event)
+                return connection.undo_discarded_reply(self, event)
             case CgroupsWritten():
                 return self.passes.written(event)
             case TimerFired():
@@ -157,13 +149,13 @@ class NodeCore:
                     return None
                 return self.passes.timer(event.name)
             case AwaitPass():
-                if not self.cgroup_writes:
+                if not self.node.cgroup_writes:
                     return True
                 return self.park_until_pass(self.node.generation, lambda late: not late, "AwaitPass")
             case DriftCheck():
-                return repairs.probes(self)
+                return repairs.list_probes(self)
             case CpusetsRead():
-                return repairs.drifts(self, event)
+                return repairs.decide_repairs(self, event)
             case RuntimeRepaired():
                 return repairs.runtime_repaired(self, event)
             case TopologyChanged():
@@ -186,7 +178,7 @@ class NodeCore:
         self.effects.append(WriteCheckpoint(Snapshot(view.state, view.containers, view.engine.policy.reserved,
                                                      view.shared_pool, partial(entry_extras, view.engine,
                                                                                view.state))))
-        if self.cgroup_writes:
+        if node.cgroup_writes:
             self.passes.want(view.generation)
             self.records.changed()
 
@@ -226,4 +218,4 @@ class NodeCore:
         self.effects.append(Resolve(token, reply))
 
 
-__all__ = ["NodeCore", "Outcome", "Park", "Refusal"]
+__all__ = ["Drifts", "NodeCore", "Outcome", "Park", "Refusal", "Reply"]

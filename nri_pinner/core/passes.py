@@ -23,10 +23,10 @@ from ..engine.cpuset import CPUSet
 from .effects import ArmTimer, Expedite, Park, PassItem, WriteCgroups
 from .events import CgroupsWritten
 from .qos_slices import PROBE_PREFIX
-from .records import Told
+from .state import Told
 
 if TYPE_CHECKING:
-    from .node import NodeCore, Reply
+    from .context import CoreContext, Reply
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -63,12 +63,12 @@ class _InFlight:
     generation: int
     pool: CPUSet
     urgent: bool
-    record: bool = False  # a runtime record update holds the slot (core/runtime_records.py), not a pass
+    record: bool = False  # a runtime record update holds the slot (core/runtime_record_updates.py), not a pass
     writes: frozenset[str] = frozenset()  # what it writes (PassBook.overlapped)
 
 
 class PassBook:
-    def __init__(self, core: NodeCore) -> None:
+    def __init__(self, core: CoreContext) -> None:
         self.core = core
         self.wait_seconds = pass_wait_seconds(0)  # set from the runtime's request timeout at Configure
         self.wanted = 0  # the newest generation a pass was asked for
@@ -82,7 +82,7 @@ class PassBook:
         self.pool_written: CPUSet | None = None  # the shared pool the last pass wrote
         # what a pass (or a runtime record update) wrote, or may be writing, since the drift check's probe:
         # container ids and slice probe ids (qos_slices.PROBE_PREFIX); a read of one may be older or newer
-        # than what the core knows of it, so the check leaves it to its next read (repairs.drifts)
+        # than what the core knows of it, so the check leaves it to its next read (repairs.decide_repairs)
         self.overlapped: set[str] = set()
         self._ids = 0
 
@@ -100,7 +100,7 @@ class PassBook:
             # each settle timer has a name of its own: a fire already queued for one a pass voided must
             # not pass for the next (it dispatched a pass 1 ms into a 3600 s settle in a service test)
             self.settle = f"{kind}#{self.new_token()}"
-            self.core.effects.append(ArmTimer(self.settle, WIDEN_SETTLE_SECONDS if widen else SETTLE_SECONDS))
+            self.core.emit(ArmTimer(self.settle, WIDEN_SETTLE_SECONDS if widen else SETTLE_SECONDS))
 
     def lagging(self) -> None:
         """A started container's cgroup lags behind what it is to hold with no change since the last pass
@@ -122,12 +122,12 @@ class PassBook:
         elif self.done < generation and flight is not None and not flight.urgent:
             flight.urgent = True  # a background pass a reply now waits for: at normal priority
             if not flight.record:
-                self.core.effects.append(Expedite(flight.pass_id))
+                self.core.emit(Expedite(flight.pass_id))
         if self.done >= generation:
             return reply(False)
         token = self.new_token()
         self.waiters[token] = _Waiter(token, generation, reply, what)
-        self.core.effects.append(ArmTimer(f"wait:{token}", self.wait_seconds))
+        self.core.emit(ArmTimer(f"wait:{token}", self.wait_seconds))
         return Park(token)
 
     def timer(self, name: str) -> Reply:
@@ -192,7 +192,7 @@ class PassBook:
                            | {k.container_id for s in held for k in s.children})
         self.overlapped |= writes
         self.in_flight = _InFlight(pass_id, generation, pool, urgent, writes=writes)
-        self.core.effects.append(WriteCgroups(pass_id, tuple(work), tuple(live), urgent, quotas, held))
+        self.core.emit(WriteCgroups(pass_id, tuple(work), tuple(live), urgent, quotas, held))
 
     def written(self, event: CgroupsWritten) -> Reply:
         flight = self.in_flight

@@ -43,7 +43,7 @@ import structlog
 from ..engine.admission_engine import AdmissionRequest
 from ..engine.qos import QoS
 from .intent import GUARANTEED, ContainerIntent, cpu_limit_milli
-from .records import NodeState, Tracked
+from .state import ContainerRecord, NodeState
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -122,7 +122,7 @@ def settle(tr: NodeState, intent: ContainerIntent, pod: Any, gated: bool = False
     return as_pod_level(intent, reason, gated)
 
 
-def demote(tr: NodeState, siblings: Iterable[Tracked], reason: str, gated: bool = False) -> None:
+def demote(tr: NodeState, siblings: Iterable[ContainerRecord], reason: str, gated: bool = False) -> None:
     """Siblings admitted before their pod was known to use pod-level resources: shared, their
     exclusive CPUs and memory released (the new cpusets reach them as any pool change does). One
     whose CFS quota we removed gets the kubelet's back in an NRI update (reply_updates.quota_back),

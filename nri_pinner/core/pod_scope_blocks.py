@@ -44,7 +44,7 @@ from .intent import (
     parse_node_resources,
     shares_to_milli,
 )
-from .records import NodeState
+from .state import NodeState
 
 if TYPE_CHECKING:
     from ..config import Settings

@@ -30,10 +30,10 @@ import structlog
 from ..engine.cpuset import CPUSet
 from .effects import PassItem, SliceItem
 from .events import SliceResult
-from .records import Told, Tracked
+from .state import ContainerRecord, Told
 
 if TYPE_CHECKING:
-    from .node import NodeCore
+    from .context import CoreContext
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -66,7 +66,7 @@ def slice_path(unit: str) -> str:
 class QosSlices:
     """The slices that hold the pool and what each was last confirmed to hold (node thread only)."""
 
-    def __init__(self, core: NodeCore, enabled: bool, found: Sequence[str] = ()) -> None:
+    def __init__(self, core: CoreContext, enabled: bool, found: Sequence[str] = ()) -> None:
         self.core, self.enabled = core, enabled
         self.told: dict[str, CPUSet] = {}  # slice unit -> the pool systemd and its cgroup were confirmed to hold
         # every slice found at start or below a container: each pass keeps them at the pool (the processes
@@ -74,7 +74,7 @@ class QosSlices:
         self.seen: set[str] = set(found) if enabled else set()
         self._noted_cgroupfs = False
 
-    def slice_of(self, t: Tracked, exclusive: bool | None = None) -> str | None:
+    def slice_of(self, t: ContainerRecord, exclusive: bool | None = None) -> str | None:
         """The QoS slice that holds `t`'s CPUs: a shared container's below a QoS slice; else None."""
         if not self.enabled or not t.cgroups_path:
             return None
@@ -94,19 +94,19 @@ class QosSlices:
         """What a container below a confirmed slice holds in its own cgroup: every online CPU."""
         return self.core.node.engine.topology.online
 
-    def own(self, t: Tracked) -> Told:
+    def own(self, t: ContainerRecord) -> Told:
         """What `t`'s own cgroup is to hold: the wide set below a confirmed slice, else its desired set
         (drift checks, the start's check for a lagging cgroup)."""
         desired = self.core.node.desired(t)
         unit = self.slice_of(t)
         return (self.wide(), desired[1]) if unit is not None and unit in self.told else desired
 
-    def lags(self, t: Tracked) -> bool:
+    def lags(self, t: ContainerRecord) -> bool:
         """`t` is below a slice not confirmed yet: a pass is due (its start asks for one)."""
         unit = self.slice_of(t)
         return unit is not None and unit not in self.told
 
-    def holds(self, t: Tracked) -> bool:
+    def holds(self, t: ContainerRecord) -> bool:
         """`t`'s CPUs are bounded by a confirmed slice: a stale runtime record of it is harmless (its
         effective set stays inside the slice's), so the runtime record updates leave it alone."""
         unit = self.slice_of(t)

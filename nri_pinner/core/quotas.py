@@ -48,11 +48,11 @@ import structlog
 from .effects import ArmTimer, PodQuotaItem
 from .events import PodQuotaResult
 from .pod_level import pod_cpu_quota
-from .records import Tracked
 from .reply_updates import UNLIMITED, update_quota
+from .state import ContainerRecord
 
 if TYPE_CHECKING:
-    from .node import NodeCore
+    from .context import CoreContext
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -83,7 +83,7 @@ def pod_cgroup(cgroups_path: str) -> str | None:
 class QuotaBook:
     """Which pods' cgroups hold no quota (as far as the passes saw), and when to look again."""
 
-    def __init__(self, core: NodeCore) -> None:
+    def __init__(self, core: CoreContext) -> None:
         self.core = core
         self.enabled = core.settings.cpu_manager.disable_cpu_quota_with_exclusive_cpus
         self.period = core.settings.reconcile.period_seconds
@@ -97,11 +97,11 @@ class QuotaBook:
         self._noted = False  # cgroup writes off: said once
 
     # -- containers: what the NRI reply says -------------------------------------------------------
-    def container_quota(self, t: Tracked) -> int | None:
+    def container_quota(self, t: ContainerRecord) -> int | None:
         """The CPU quota the create's adjustment or an update of `t` sets: -1 while it holds exclusive
         CPUs and has a quota; None leaves the kubelet's."""
         quota = update_quota(self.enabled, self.core.node.state, t)
-        if quota == UNLIMITED and not self.core.cgroup_writes and not self._noted:
+        if quota == UNLIMITED and not self.core.node.cgroup_writes and not self._noted:
             self._noted = True
             log.warning("pods' CFS quota not removed: cgroup writes are off (reconcile.cgroup_writes, or a "
                         "read-only cgroup fs); exclusive containers still run without their own quota")
@@ -211,7 +211,7 @@ class QuotaBook:
             return
         self._again((pod_key,))
         self.recheck.add(pod_key)
-        self.core.effects.append(ArmTimer(RESIZE_TIMER, RECHECK_SECONDS))
+        self.core.emit(ArmTimer(RESIZE_TIMER, RECHECK_SECONDS))
 
     def timer(self, name: str) -> None:
         if name == RESIZE_TIMER:
@@ -242,10 +242,10 @@ class QuotaBook:
     def _arm_check(self) -> None:
         if self.period > 0 and not self.checking and (self.removed or self.failed):
             self.checking = True
-            self.core.effects.append(ArmTimer(CHECK_TIMER, self.period))
+            self.core.emit(ArmTimer(CHECK_TIMER, self.period))
 
 
-def _cgroup_of(members: Iterable[Tracked]) -> tuple[str, str] | None:
+def _cgroup_of(members: Iterable[ContainerRecord]) -> tuple[str, str] | None:
     """(pod cgroup, "<namespace>/<pod>") from the first of a pod's kubelet containers that names it."""
     for t in members:
         if t.intent.kubelet and t.cgroups_path:

@@ -23,7 +23,7 @@ from ..nri.gen import api_pb2 as api
 from . import pod_level
 from .checkpoint import restore_memory
 from .intent import GUARANTEED, UNMANAGED, ContainerIntent, intent_from_nri, qos_from_cgroup_parent
-from .records import Mems, NodeState, Told, Tracked
+from .state import ContainerRecord, Mems, NodeState, Told
 
 if TYPE_CHECKING:
     from .effects import CounterName
@@ -47,7 +47,7 @@ class Unreadable:
 @dataclass
 class Rebuilt:
     state: EngineState
-    containers: dict[str, Tracked]
+    containers: dict[str, ContainerRecord]
     repairs: list[str]
     unreadable: list[Unreadable] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # Guaranteed ids left on the shared pool, oldest first
@@ -190,7 +190,7 @@ def rebuild(engine: Engine, prior: PriorEntries, pods: Sequence[api.PodSandbox],
             state, shared = state.with_shared(shared), {}
             placed, _ = engine.admit(state, AdmissionRequest(intent.pod_key, intent.container, QoS.BEST_EFFORT))
         state = placed
-        tracked[c.id] = Tracked(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,
+        tracked[c.id] = ContainerRecord(c.id, c.pod_sandbox_id, intent, c.linux.cgroups_path,
                                 started=c.state == api.CONTAINER_RUNNING, stopped=stopped, exit_code=c.exit_code,
                                 cfs_quota=int(c.linux.resources.cpu.quota.value))
         if actual:

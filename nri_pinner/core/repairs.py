@@ -1,10 +1,10 @@
 """Drift repair and CPU hotplug in the core. The reconcile edge (`edge/watch/reconcile.py`) reads the
-cgroups the core names (`probes`), the core decides each drift's repair (`drifts`): the cgroup is
+cgroups the core names (`list_probes`), the core decides each drift's repair (`decide_repairs`): the cgroup is
 rewritten by a pass (the same ordered writes as every pool change, never beside one), or, with
 cgroup writes off, the repair goes through the runtime — which the edge sends and reports back
 (`runtime_repaired`). A hotplug rebuilds the engine at the edge; the core moves the state onto it.
 
-Only started containers are checked (`Tracked.started`: StartContainer seen, or running at
+Only started containers are checked (`ContainerRecord.started`: StartContainer seen, or running at
 Synchronize). Before its start a container's cgroup is runc's, mid-making: containerd runs runc
 create inside CRI StartContainer, before it tells plugins, and under the systemd driver the scope
 can exist with an empty cgroup-v2 `cpuset.cpus` until runc writes it. What the create's reply (or a
@@ -27,10 +27,10 @@ from ..engine.qos import QoS
 from .effects import Park
 from .events import CpusetsRead, RuntimeRepaired, TopologyChanged, WriteResult
 from .qos_slices import PROBE_PREFIX
-from .records import Mems
+from .state import Mems
 
 if TYPE_CHECKING:
-    from .node import NodeCore, Reply
+    from .context import CoreContext, Reply
 
 log = structlog.get_logger("nri_pinner.reconcile")
 
@@ -59,7 +59,7 @@ class DriftBatch:
     pending: dict[str, Drift] = field(default_factory=dict)  # container id -> drift its pass is writing
 
 
-def probes(core: NodeCore) -> Reply:
+def list_probes(core: CoreContext) -> Reply:
     """The cgroups to read: those of the started containers (module doc), and the QoS slices that hold the
     pool (core/qos_slices.py)."""
     core.passes.probed()
@@ -68,7 +68,7 @@ def probes(core: NodeCore) -> Reply:
             *(DriftProbe(*probe) for probe in core.slices.probes())]
 
 
-def drifts(core: NodeCore, event: CpusetsRead) -> Reply:
+def decide_repairs(core: CoreContext, event: CpusetsRead) -> Reply:
     """The drifts as they stand now (events since the probe may have changed a desired set or removed
     the container), each with how it is repaired; parked while a pass writes the cgroup ones."""
     node = core.node
@@ -92,7 +92,7 @@ def drifts(core: NodeCore, event: CpusetsRead) -> Reply:
         if actual == desired:
             continue
         d = Drift(cid, t.key[1], actual, desired, mems, node.generation)
-        if core.cgroup_writes:
+        if core.node.cgroup_writes:
             node.told.pop(cid, None)  # unknown: the next pass writes it
             batch.pending[cid] = d
         else:
@@ -105,17 +105,17 @@ def drifts(core: NodeCore, event: CpusetsRead) -> Reply:
     node.publish()
     core.passes.want(node.generation)
     batch.token = core.passes.new_token()
-    core.drift_batches.append(batch)
+    core.node.drift_batches.append(batch)
     return Park(batch.token)
 
 
-def after_pass(core: NodeCore, results: Sequence[WriteResult]) -> None:
+def after_pass(core: CoreContext, results: Sequence[WriteResult]) -> None:
     """A pass is over (with writes or not): the drifts it wrote are repaired (or go through the
     runtime); those whose container stopped or went meanwhile are gone."""
-    if not core.drift_batches:
+    if not core.node.drift_batches:
         return
     outcome = {r.container_id: ("runtime" if r.error or r.untold else "cgroup") for r in results}
-    for batch in list(core.drift_batches):
+    for batch in list(core.node.drift_batches):
         for cid, d in list(batch.pending.items()):
             path = outcome.get(cid)
             t = core.node.containers.get(cid)
@@ -125,19 +125,19 @@ def after_pass(core: NodeCore, results: Sequence[WriteResult]) -> None:
                 del batch.pending[cid]
                 batch.results.append((d, path))
         if not batch.pending:
-            core.drift_batches.remove(batch)
+            core.node.drift_batches.remove(batch)
             core.resolve(batch.token, batch.results)
 
 
-def abandon(core: NodeCore) -> None:
+def abandon(core: CoreContext) -> None:
     """A connection ended: drift repairs still waiting for a pass are answered as they stand (the next
     Synchronize rebuilds from the cgroups anyway)."""
-    for batch in core.drift_batches:
+    for batch in core.node.drift_batches:
         core.resolve(batch.token, batch.results + [(d, "gone") for d in batch.pending.values()])
-    core.drift_batches.clear()
+    core.node.drift_batches.clear()
 
 
-def runtime_repaired(core: NodeCore, event: RuntimeRepaired) -> Reply:
+def runtime_repaired(core: CoreContext, event: RuntimeRepaired) -> Reply:
     """The runtime may hold a stale cpuset for this container: the next pass or reply resends it.
     Not sent: only a reply can (no CRI, old NRI); with cgroup writes on, a started container is in
     a reply only when marked so."""
@@ -153,7 +153,7 @@ def runtime_repaired(core: NodeCore, event: RuntimeRepaired) -> Reply:
     return None
 
 
-def topology_changed(core: NodeCore, event: TopologyChanged) -> Reply:
+def topology_changed(core: CoreContext, event: TopologyChanged) -> Reply:
     """CPU hotplug without a drain: the state moved onto the engine for the new online set."""
     node, engine = core.node, event.engine
     before = node.engine.topology.online

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..engine.cpumanager.state import EngineState
 from ..engine.cpuset import CPUSet
 from ..nri.handlers import CpusetUpdate
-from .records import Mems, NodeState, Tracked, View, desired_of, mems_text
+from .state import ContainerRecord, Mems, NodeState, View, desired_of, mems_text
 
 UNLIMITED = -1  # a CFS quota of -1: runc writes cpu.cfs_quota_us -1 (v1) / cpu.max "max <period>" (v2)
 
@@ -20,7 +20,7 @@ def cpu_update(container_id: str, cpus: CPUSet, mems: Mems, quota: int | None = 
     return CpusetUpdate(container_id, str(cpus), mems_text(mems), cpu_quota=quota)
 
 
-def update_quota(enabled: bool, state: EngineState, t: Tracked) -> int | None:
+def update_quota(enabled: bool, state: EngineState, t: ContainerRecord) -> int | None:
     """The CPU quota an update (or the create's adjustment) of `t` carries: none while it holds exclusive
     CPUs and has a quota (`cpu_manager.disable_cpu_quota_with_exclusive_cpus`, core/quotas.py); the
     kubelet's back once it does not (`quota_back`); None leaves the kubelet's. A pure rule of the state:
@@ -31,7 +31,7 @@ def update_quota(enabled: bool, state: EngineState, t: Tracked) -> int | None:
     return UNLIMITED if a is not None and a.exclusive else quota_back(state, t)
 
 
-def quota_back(state: EngineState, t: Tracked) -> int | None:
+def quota_back(state: EngineState, t: ContainerRecord) -> int | None:
     """The kubelet's quota of a container that lost its exclusive CPUs with no kubelet resize to send
     one (pod_level.demote: the kubelet never pinned it): our -1 is what the runtime holds. None for
     every other container (a resize to shared carries the kubelet's quota, which a reply leaves)."""
@@ -41,7 +41,7 @@ def quota_back(state: EngineState, t: Tracked) -> int | None:
     return None if a is not None and a.exclusive else t.cfs_quota
 
 
-def view_update(view: View, t: Tracked, quota_off: bool) -> CpusetUpdate:
+def view_update(view: View, t: ContainerRecord, quota_off: bool) -> CpusetUpdate:
     """`t`'s update from a published view (the over-budget fallback, on the wire loop: no lock)."""
     engine = view.engine
     cpus, mems = desired_of(engine, view.state, view.shared_pool, t.key, engine.mems_of)

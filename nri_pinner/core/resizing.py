@@ -34,11 +34,11 @@ from .events import UpdateContainer, UpdatePodSandbox
 from .intent import GUARANTEED, cpu_limit_milli, shares_to_milli
 from .lifecycle import pending_updates, release_seeded
 from .rebuild import note_unreadable, rebuild
-from .records import Tracked
 from .reply_updates import UNLIMITED, cpu_update
+from .state import ContainerRecord
 
 if TYPE_CHECKING:
-    from .node import NodeCore, Reply
+    from .context import CoreContext, Reply
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -48,7 +48,7 @@ def is_resize(cpu: Any) -> bool:
     return bool(cpu.shares.value or cpu.quota.value)
 
 
-def requested(t: Tracked, resources: api.LinuxResources) -> tuple[int, int]:
+def requested(t: ContainerRecord, resources: api.LinuxResources) -> tuple[int, int]:
     """(request, limit) in millicores from an update's LinuxResources."""
     cpu = resources.cpu
     request = shares_to_milli(int(cpu.shares.value)) if cpu.HasField("shares") else t.intent.request_milli
@@ -64,7 +64,7 @@ def adoptable(req: api.UpdateContainerRequest) -> bool:
     return bool(c.id) and c.state != api.CONTAINER_STOPPED and bool(req.pod.id) and c.pod_sandbox_id == req.pod.id
 
 
-def update_container(core: NodeCore, event: UpdateContainer) -> Reply:
+def update_container(core: CoreContext, event: UpdateContainer) -> Reply:
     """Answer every update of a tracked container with its cpuset (after a resize: the new one).
 
     containerd merges a CRI update into its stored spec, which still holds the cpuset from the
@@ -100,7 +100,7 @@ def update_container(core: NodeCore, event: UpdateContainer) -> Reply:
     return _reply(core, t, True)
 
 
-def update_pod_sandbox(core: NodeCore, event: UpdatePodSandbox) -> Reply:
+def update_pod_sandbox(core: CoreContext, event: UpdatePodSandbox) -> Reply:
     """A pod-level resize (NRI >= v0.12 runtimes; older ones never subscribe us to it).
 
     The CPUs move in the containers' own UpdateContainer calls, which the kubelet sends after
@@ -126,7 +126,7 @@ def update_pod_sandbox(core: NodeCore, event: UpdatePodSandbox) -> Reply:
     return None
 
 
-def _adopt(core: NodeCore, event: UpdateContainer) -> Tracked | None:
+def _adopt(core: CoreContext, event: UpdateContainer) -> ContainerRecord | None:
     """Track a running container this update names but Synchronize did not list (README "Resize":
     unknown containers): containerd 1.7 never synchronizes a pre-installed plugin, and a runtime
     that has not loaded every container yet leaves them out. It is placed by the rebuild rules
@@ -140,7 +140,7 @@ def _adopt(core: NodeCore, event: UpdateContainer) -> Tracked | None:
     if any(o.key[1] == c.name for o in node.containers.in_pod(req.pod.uid or req.pod.name)):
         return None  # another instance holds its name (and engine record): the create replaces it
     release_seeded(core, c.id)  # the checkpoint's hold: `rebuild` gives these CPUs back from the entry
-    entry = core.prior.get(c.id)
+    entry = core.node.prior.get(c.id)
     cgroups = event.cgroups
     result = rebuild(node.engine, {c.id: entry} if entry is not None else {}, [req.pod], [c],
                      cgroups.get if cgroups else None, start=node.state,
@@ -151,7 +151,7 @@ def _adopt(core: NodeCore, event: UpdateContainer) -> Tracked | None:
     node.state = result.state
     node.containers[c.id] = t
     node.told.update(result.told)
-    core.waiting.extend(result.waiting)
+    core.node.waiting.extend(result.waiting)
     note_unreadable(result, core.count)
     for message in result.repairs:
         log.warning("state repaired", repair=message)
@@ -162,7 +162,7 @@ def _adopt(core: NodeCore, event: UpdateContainer) -> Tracked | None:
     return t
 
 
-def _unknown(core: NodeCore, req: api.UpdateContainerRequest) -> Reply:
+def _unknown(core: CoreContext, req: api.UpdateContainerRequest) -> Reply:
     """A container that cannot be adopted: the shared pool for a running one, never no cpuset (with
     which runc would apply containerd's stale create-time set, possibly on exclusive CPUs)."""
     node, c = core.node, req.container
@@ -175,7 +175,7 @@ def _unknown(core: NodeCore, req: api.UpdateContainerRequest) -> Reply:
     return UpdatesReply(tuple(updates))
 
 
-def _reply(core: NodeCore, t: Tracked, resized: bool) -> Reply:
+def _reply(core: CoreContext, t: ContainerRecord, resized: bool) -> Reply:
     """The container's set (the runtime applies it with the update), plus pool changes for
     containers without a cgroup. After a resize a started container's told set is left to the
     passes, whose ordered pass writes it."""
@@ -185,7 +185,7 @@ def _reply(core: NodeCore, t: Tracked, resized: bool) -> Reply:
     # is left to widen after runc has applied the reply (which a pass cannot know the moment of)
     held = t.started and core.slices.holds(t)
     desired, mems = core.slices.own(t) if held else node.desired(t)
-    if held or not (resized and t.started and core.cgroup_writes):
+    if held or not (resized and t.started and core.node.cgroup_writes):
         node.told[t.container_id] = (desired, mems)
     node.recorded[t.container_id] = (desired, mems)  # the runtime stores the set it applies
     # an exclusive container's update removes its quota again (the kubelet's request carries one); one
@@ -195,7 +195,7 @@ def _reply(core: NodeCore, t: Tracked, resized: bool) -> Reply:
     return UpdatesReply((mine, *pending_updates(core, exclude=t.container_id)))
 
 
-def _resize(core: NodeCore, t: Tracked, event: UpdateContainer) -> int | Refusal:
+def _resize(core: CoreContext, t: ContainerRecord, event: UpdateContainer) -> int | Refusal:
     """Apply a kubelet resize; returns the generation the reply must wait for (0: none)."""
     node, req = core.node, event.req
     request, limit = requested(t, req.linux_resources)
@@ -223,12 +223,12 @@ def _resize(core: NodeCore, t: Tracked, event: UpdateContainer) -> int | Refusal
     core.commit()  # a pass follows: narrowing writes first, then widening (passes.py)
     if not t.started:
         t.start_after = node.generation  # its start waits for a pass that saw the new CPUs
-    if d.added and t.started and core.cgroup_writes:
+    if d.added and t.started and core.node.cgroup_writes:
         return node.generation
     return 0
 
 
-def _like(core: NodeCore, t: Tracked, event: UpdateContainer) -> AdmissionRequest | None:
+def _like(core: CoreContext, t: ContainerRecord, event: UpdateContainer) -> AdmissionRequest | None:
     """What a create of this container is asked beyond its CPUs (its devices; the NIC provider
     reads the pod's NICs itself), for the fresh admission of fractional -> integer; None for a
     container that is exclusive already (a grow stays inside its admitted affinity). Its memory
@@ -242,7 +242,7 @@ def _like(core: NodeCore, t: Tracked, event: UpdateContainer) -> AdmissionReques
     return AdmissionRequest(*t.key, t.intent.qos, init=t.intent.init, restartable=t.intent.restartable, **extras)
 
 
-def _note(core: NodeCore, t: Tracked, outcome: str, reason: str, before: CPUSet, after: CPUSet, request: int,
+def _note(core: CoreContext, t: ContainerRecord, outcome: str, reason: str, before: CPUSet, after: CPUSet, request: int,
           limit: int, message: str, d: ResizeDecision | None = None, at: float | None = None) -> None:
     """Log, count and remember (for status) one resize. ``at``: the wall time the edge received the
     update (`UpdateContainer.at`; None, from an event the edge did not stamp: status shows no "at").
@@ -264,7 +264,7 @@ def _note(core: NodeCore, t: Tracked, outcome: str, reason: str, before: CPUSet,
         log.info("container resized", **who, kind=outcome, before=str(before), after=str(after),
                  request_milli=request, limit_milli=limit, **({"note": message} if message else {}))
     else:  # logged by the edge once it has timed the update: decision_ms (the core reads no clock)
-        core.effects.append(Timed(message="container resized", fields={
+        core.emit(Timed(message="container resized", fields={
             **who, "kind": outcome, "before": str(before), "after": str(after), "request_milli": request,
             "limit_milli": limit, **({"note": message} if message else {}), "kept": str(d.kept),
             "added": str(d.added), "released": str(d.released)}))

@@ -34,7 +34,7 @@ import structlog
 from ..engine.cpuset import EMPTY, CPUSet
 from .effects import ListPodResources
 from .intent import ContainerIntent
-from .records import NodeState, Tracked
+from .state import ContainerRecord, NodeState
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -80,7 +80,7 @@ def listed_in_podresources(tr: NodeState, namespace: str, pod: str, container: s
         return None
     return container in containers
 
-def decide_role(tr: NodeState, t: Tracked, final: bool) -> ListPodResources | None:
+def decide_role(tr: NodeState, t: ContainerRecord, final: bool) -> ListPodResources | None:
     """Was the stopped container a regular init container? PodResources (cached) says when it
     lists the pod; else, when ``final`` (its pod's next create), inferred from its exit status.
     Not ``final`` and the List lacks the pod: undecided, and a new List is to be asked for (returned,

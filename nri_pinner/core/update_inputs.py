@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..nri.gen import api_pb2 as api
-from .records import NodeState
 from .resizing import adoptable, is_resize
+from .state import NodeState
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,9 @@ from ..core.effects import (
     WriteCheckpoint,
 )
 from ..core.node import NodeCore, Outcome, Reply
-from ..core.records import NodeState, Told, View
 from ..core.reply_updates import cpu_update, view_update
 from ..core.resizing import adoptable
+from ..core.state import NodeState, Told, View
 from ..core.update_inputs import update_needs
 from ..engine.admission_engine import Engine
 from ..engine.cpuset import CPUSetError

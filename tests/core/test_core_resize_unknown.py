@@ -14,8 +14,8 @@ from core_harness import Edge, container, make_core, pod, resize, updates_of
 
 from nri_pinner.core import events as ev
 from nri_pinner.core.effects import Park, Refusal
-from nri_pinner.core.records import Told
 from nri_pinner.core.resizing import adoptable
+from nri_pinner.core.state import Told
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 
@@ -113,7 +113,7 @@ def test_seeded_checkpoint_restores_both_sets_and_a_resize_right_after_it() -> N
     g = container(GPOD, "app", 4000, 4000, cpus=str(baseline))
     cpus = CPUSet.parse(updates_of(update(e, resize(GPOD, g, 5000)))[G.id].cpus)
     assert len(cpus) == 5 and grown.issubset(cpus)
-    assert G.id not in e.core.seeded
+    assert G.id not in e.core.node.seeded
     a = tr.state.get(GPOD.uid, "app")
     assert a is not None and (a.admitted, a.current) == (baseline, cpus)
     # the shared container nobody listed: the shared pool, never its create-time set

@@ -79,7 +79,7 @@ def imports(path: Path) -> set[str]:
 
 def core_modules() -> list[Path]:
     found = sorted(CORE.glob("*.py"))
-    assert {p.stem for p in found} >= {"node", "events", "effects", "records", "lifecycle", "resizing", "connection",
+    assert {p.stem for p in found} >= {"node", "events", "effects", "state", "lifecycle", "resizing", "connection",
                                        "repairs", "passes"}
     return found
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ...core.records import Mems
+from ...core.state import Mems
 from ...engine.cpuset import CPUSet, CPUSetError
 from .paths import CgroupError, cpuset_dir, relative_cgroup_path
 from .systemd_units import SystemdUnits, scope_unit

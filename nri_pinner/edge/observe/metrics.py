@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ...core.effects import CounterName
-    from ...core.records import View
+    from ...core.state import View
     from ..cgroups.cpuset_writer import WriteCounts
 
 # Rejection reasons and the part of the engine (the "provider") that raises each: the CPU manager's

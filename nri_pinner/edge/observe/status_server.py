@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 
 from ... import __version__
-from ...core.records import Mems, View, desired_of, mems_text
+from ...core.state import Mems, View, desired_of, mems_text
 from ...engine.cpuset import CPUSet
 from ...engine.nicmanager.hints import nic_hints
 from ...nri.stub import Stub

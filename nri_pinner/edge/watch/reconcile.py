@@ -9,7 +9,7 @@ before v0.12.1 (lock-order inversion, fixed by containerd/nri 55afaa2). So:
   call is async and never blocks the stub's loop;
 - neither: the repair rides on the next event reply, and the drift is logged meanwhile.
 The same two paths bring the runtime's own record of a container in line with its cgroup when the
-core asks (`SyncRecords`, core/runtime_records.py), one container at a time.
+core asks (`SyncRecords`, core/runtime_record_updates.py), one container at a time.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import structlog
 from ...config import Settings
 from ...core import events as ev
 from ...core.effects import SyncRecords
-from ...core.records import Mems, mems_text
 from ...core.repairs import Drift, DriftProbe
+from ...core.state import Mems, mems_text
 from ...engine.admission_engine import Engine
 from ...engine.cpuset import CPUSet, CPUSetError
 from ...engine.hotplug import settings_for_online

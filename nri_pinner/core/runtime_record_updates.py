@@ -25,7 +25,7 @@ from .effects import ArmTimer, RecordItem, SyncRecords
 from .events import RecordsSynced, RecordSyncReady
 
 if TYPE_CHECKING:
-    from .node import NodeCore, Reply
+    from .context import CoreContext, Reply
 
 log = structlog.get_logger("nri_pinner.service")
 
@@ -38,10 +38,10 @@ GAP_SECONDS = 0.05  # between two record updates: the runtime's other calls go f
 RETRY_SECONDS = (10.0, 30.0, 60.0, 120.0, 300.0)
 
 
-class RecordSync:
+class RuntimeRecordUpdater:
     """When records are updated and which one is next (the record itself: `NodeState.recorded`)."""
 
-    def __init__(self, core: NodeCore, quiet_seconds: float) -> None:
+    def __init__(self, core: CoreContext, quiet_seconds: float) -> None:
         self.core = core
         self.quiet = quiet_seconds  # 0: off
         self.ready = False  # the edge has a path to the runtime (`RecordSyncReady`)
@@ -54,7 +54,7 @@ class RecordSync:
 
     # -- events ----------------------------------------------------------------------------------
     def became_ready(self, event: RecordSyncReady) -> Reply:
-        self.ready = event.ready and self.quiet > 0 and self.core.cgroup_writes
+        self.ready = event.ready and self.quiet > 0 and self.core.node.cgroup_writes
         self.changed()
         return None
 
@@ -62,7 +62,7 @@ class RecordSync:
         """After a commit: the pool must be quiet for a while before any record is touched."""
         if self.ready and self.armed_at is None:
             self.armed_at = self.core.node.generation
-            self.core.effects.append(ArmTimer(TIMER, self.quiet))
+            self.core.emit(ArmTimer(TIMER, self.quiet))
 
     def timer(self) -> Reply:
         node, passes = self.core.node, self.core.passes
@@ -76,7 +76,7 @@ class RecordSync:
         if item is None:
             return None
         self.in_flight[item.container_id] = item
-        self.core.effects.append(SyncRecords(passes.hold(frozenset({item.container_id})), (item,)))
+        self.core.emit(SyncRecords(passes.hold(frozenset({item.container_id})), (item,)))
         return None
 
     def synced(self, event: RecordsSynced) -> Reply:
@@ -102,7 +102,7 @@ class RecordSync:
         self.core.passes.released(event.sync_id, rewrite)
         if self._next() is not None:
             self.armed_at = node.generation
-            self.core.effects.append(ArmTimer(TIMER, GAP_SECONDS))
+            self.core.emit(ArmTimer(TIMER, GAP_SECONDS))
         return None
 
     def retry(self) -> Reply:
@@ -117,7 +117,7 @@ class RecordSync:
         self.failures_in_a_row += 1
         if not self.retry_armed:
             self.retry_armed = True
-            self.core.effects.append(ArmTimer(RETRY_TIMER, delay))
+            self.core.emit(ArmTimer(RETRY_TIMER, delay))
         return delay
 
     def is_ours(self, container_id: str) -> bool:

@@ -1,5 +1,5 @@
 """The runtime's own record of each container's cpuset, brought in line once the pool is quiet
-(core/runtime_records.py): which containers, when, one at a time, never beside a cgroup pass, and a
+(core/runtime_record_updates.py): which containers, when, one at a time, never beside a cgroup pass, and a
 start that waits for a pass waits for a record update in flight too (runc writes the cgroup with the
 set our reply named, possibly a change behind)."""
 

@@ -1,10 +1,11 @@
-"""The node's state as the core holds it: engine state, the per-container records, and what the
-runtime (or the container's cgroup) was last told about each container (`NodeState.told`, as the
-kubelet's lastUpdateState).
+"""The node's state as the core holds it: engine state, the per-container records (`ContainerRecord`),
+what the runtime (or the container's cgroup) was last told about each container (`NodeState.told`, as
+the kubelet's lastUpdateState), and what the core's rules keep between events (the checkpoint's hints,
+its holds, the containers waiting to be pinned, the stopped sandboxes, the drift repairs a pass writes).
 
-One writer: `NodeCore` (core/node.py), on the node thread; no lock. After each change the core
-`publish()`es an immutable `View`; inspection, metrics and the fallbacks on the wire loop read the
-newest view without any lock.
+One writer: the node core (core/node.py) and the rules it hands the state to (core/context.py), on the
+node thread; no lock. After each change the core `publish()`es an immutable `View`; inspection, metrics
+and the fallbacks on the wire loop read the newest view without any lock.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..engine.admission_engine import Decision, Engine
 from ..engine.cpumanager.state import Assignment, EngineState
@@ -20,11 +21,14 @@ from ..engine.cpuset import CPUSet
 from ..engine.topologymanager.explain import HintSummaries
 from .intent import ContainerIntent
 
+if TYPE_CHECKING:
+    from .repairs import DriftBatch
+
 K = TypeVar("K", str, tuple[str, str])
 
 
 @dataclass
-class Tracked:
+class ContainerRecord:
     """One runtime container we manage (keyed by container id)."""
 
     container_id: str
@@ -52,19 +56,19 @@ class Tracked:
         return (self.intent.pod_key, self.intent.container)
 
 
-class Containers(dict[str, Tracked]):
-    """Container id -> Tracked, indexed by pod and by (pod, container name) as well, so that
+class Containers(dict[str, ContainerRecord]):
+    """Container id -> ContainerRecord, indexed by pod and by (pod, container name) as well, so that
     per-event lookups (the pod's other containers, a restarted container's old record) cost the
     same on an empty node and a full one, and in a small pod and a big one."""
 
-    def __init__(self, items: dict[str, Tracked] | None = None) -> None:
+    def __init__(self, items: dict[str, ContainerRecord] | None = None) -> None:
         super().__init__()
-        self.by_pod: dict[str, dict[str, Tracked]] = {}
-        self._by_key: dict[tuple[str, str], dict[str, Tracked]] = {}
+        self.by_pod: dict[str, dict[str, ContainerRecord]] = {}
+        self._by_key: dict[tuple[str, str], dict[str, ContainerRecord]] = {}
         for cid, t in (items or {}).items():
             self[cid] = t
 
-    def __setitem__(self, cid: str, t: Tracked) -> None:
+    def __setitem__(self, cid: str, t: ContainerRecord) -> None:
         old = self.get(cid)
         if old is not None:
             self._unindex(cid, old)
@@ -77,26 +81,26 @@ class Containers(dict[str, Tracked]):
         super().__delitem__(cid)
         self._unindex(cid, t)
 
-    def pop(self, cid: str, default: Tracked | None = None) -> Tracked | None:  # type: ignore[override]
+    def pop(self, cid: str, default: ContainerRecord | None = None) -> ContainerRecord | None:  # type: ignore[override]
         t = self.get(cid)
         if t is None:
             return default
         del self[cid]
         return t
 
-    def in_pod(self, pod_key: str) -> list[Tracked]:
+    def in_pod(self, pod_key: str) -> list[ContainerRecord]:
         return list(self.by_pod.get(pod_key, {}).values())
 
-    def with_key(self, key: tuple[str, str]) -> list[Tracked]:
+    def with_key(self, key: tuple[str, str]) -> list[ContainerRecord]:
         """The records of one pod's container name (two while a restarted container replaces one)."""
         return list(self._by_key.get(key, {}).values())
 
-    def _unindex(self, cid: str, t: Tracked) -> None:
+    def _unindex(self, cid: str, t: ContainerRecord) -> None:
         _drop(self.by_pod, t.key[0], cid)
         _drop(self._by_key, t.key, cid)
 
 
-def _drop(index: dict[K, dict[str, Tracked]], k: K, cid: str) -> None:
+def _drop(index: dict[K, dict[str, ContainerRecord]], k: K, cid: str) -> None:
     entries = index.get(k)
     if entries is not None:
         entries.pop(cid, None)
@@ -107,12 +111,12 @@ def _drop(index: dict[K, dict[str, Tracked]], k: K, cid: str) -> None:
 @dataclass(frozen=True)
 class View:
     """What inspection reads: the engine and state of one moment, and that moment's containers.
-    The `Tracked` records are shared; the fields a view reads (ids, intent, stopped) are only
+    The `ContainerRecord` records are shared; the fields a view reads (ids, intent, stopped) are only
     ever replaced whole, so a reader sees either the old or the new value."""
 
     engine: Engine
     state: EngineState
-    containers: dict[str, Tracked]
+    containers: dict[str, ContainerRecord]
     decisions: tuple[dict[str, Any], ...]
     generation: int
 
@@ -168,22 +172,32 @@ class NodeState:
     # started containers whose cgroup write failed (or systemd refused): only a reply's NRI update reaches them
     via_reply: set[str] = field(default_factory=set)
     # container id -> the cpuset the runtime's own record (containerd's stored spec) holds, as far as we
-    # know (absent = unknown); runc writes it back on any later update (core/runtime_records.py)
+    # know (absent = unknown); runc writes it back on any later update (core/runtime_record_updates.py)
     recorded: dict[str, Told] = field(default_factory=dict)
     # the PodResources List as last delivered, for init/app roles: (namespace, pod) -> listed containers
     # (None: no List, or the kubelet's socket is absent)
     listed_pods: Mapping[tuple[str, str], frozenset[str]] | None = None
+    # -- what the core's rules keep between events (core/context.py) --
+    cgroup_writes: bool = True  # the edge writes cgroups (else every change goes out in replies)
+    # container id -> checkpoint entry (a hint for rebuild)
+    prior: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    # checkpoint holds not yet replaced by a Synchronize: container id -> (pod, container)
+    seeded: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Guaranteed containers Synchronize left on the shared pool, oldest first
+    waiting: list[str] = field(default_factory=list)
+    stopped_sandboxes: set[str] = field(default_factory=set)  # StopPodSandbox seen, RemovePodSandbox not yet
+    drift_batches: list[DriftBatch] = field(default_factory=list)  # drift repairs a pass is writing
     # cpuset.mems per (engine, cpus): every shared container asks for the same pool's
     _mems: dict[tuple[Engine, CPUSet], Mems] = field(default_factory=dict, repr=False)
 
-    def assignment(self, t: Tracked) -> Assignment | None:
+    def assignment(self, t: ContainerRecord) -> Assignment | None:
         return self.state.get(*t.key)
 
     @property
     def shared_pool(self) -> CPUSet:
         return shared_pool_of(self.engine, self.state)
 
-    def desired(self, t: Tracked) -> Told:
+    def desired(self, t: ContainerRecord) -> Told:
         return desired_of(self.engine, self.state, self.shared_pool, t.key, self.mems_of)
 
     def mems_of(self, cpus: CPUSet) -> Mems:
@@ -195,13 +209,13 @@ class NodeState:
             mems = self._mems[key] = self.engine.mems_of(cpus)
         return mems
 
-    def by_key(self, key: tuple[str, str]) -> Tracked | None:
+    def by_key(self, key: tuple[str, str]) -> ContainerRecord | None:
         found = self.containers.with_key(key)
         return found[0] if found else None
 
     def record(self, decision: Decision, intent: ContainerIntent, outcome: str) -> HintSummaries | None:
         """The decision into the log; its hint summaries when they are not formatted yet (the core hands
-        them to the edge to settle when idle: `NodeCore.record`)."""
+        them to the edge to settle when idle: the core's `record`, core/node.py)."""
         # the hints stay lazy: formatted when status reads them, not before the reply
         explained = decision.explain(lazy=True)
         entry = {"container_id": intent.container_id, "namespace": intent.namespace, "pod_name": intent.pod_name,
@@ -225,7 +239,7 @@ class NodeState:
         """The newest published view (publishes one first if none exists yet)."""
         return self.published if self.published is not None else self.publish()
 
-    def drop(self, container_id: str) -> Tracked | None:
+    def drop(self, container_id: str) -> ContainerRecord | None:
         """Forget a container: its record and what it was told."""
         self.told.pop(container_id, None)
         self.recorded.pop(container_id, None)
