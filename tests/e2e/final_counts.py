@@ -44,7 +44,8 @@ def record(pinner: Pinner) -> None:
         return
     _live[:] = [p for p in _live if p is not pinner]
     entry = counts(pinner)
-    if entry.get("repairs"):  # its whole log beside the counts: what led to each repair (issue 45's trace)
+    # its whole log beside the counts: what led to each repair, or to a systemd call left unanswered (issue 45)
+    if entry.get("repairs") or (entry.get("cgroup_writes") or {}).get("unit_failed"):
         text = _log_text(pinner) or ""
         logs = Path(path).parent / "plugin-logs"
         logs.mkdir(parents=True, exist_ok=True)
