@@ -28,9 +28,11 @@ def test_a_failed_unit_call_or_a_repair_beyond_the_drifts_fails_only_with_the_kn
     assert [p.split(": ", 1)[1] for p in problems] == [
         "unit_failed 1", "2 repairs but 1 drifts written", "repaired, never drifted: ['abc']"]
     assert judge(bad, knob_on=False)[1] == []
-    # an instance its scenario kept per scope: its late systemd answers are that mode's, its repairs judged
-    per_scope = [_entry(), _entry(unit_failed=4, pool_on_qos_slices=False), _entry(repairs=1, pool_on_qos_slices=False)]
-    assert [p.split(": ", 1)[1] for p in judge(per_scope, knob_on=True)[1]] == ["1 repairs but 0 drifts written"]
+    # an instance its scenario kept off the setting (the per-scope sampler, the untold control): printed only
+    off = [_entry(), _entry(unit_failed=4, pool_on_qos_slices=False), _entry(repairs=1, pool_on_qos_slices=False),
+           _entry(repairs=1, drifts=1, repaired_never_drifted=["abc"], pool_on_qos_slices=False)]
+    lines, problems = judge(off, knob_on=True)
+    assert problems == [] and "setting off, unit_calls 7, unit_failed 4" in lines[1]
 
 
 def test_unread_counts_alone_or_a_knob_that_reached_no_plugin_fail() -> None:

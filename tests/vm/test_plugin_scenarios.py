@@ -161,8 +161,9 @@ def test_window_sampler_figures(node_vm: Any) -> None:
 
 
 def test_final_counts_of_every_plugin_instance(node_vm: Any) -> None:
-    """Issue 45: with NRI_PINNER_E2E_POOL_ON_QOS_SLICES=1 in the boot, every instance's unit_failed 0 and
-    no repair beyond its scenario's own drifts (tests/vm/final_counts.py); without it, printed only."""
+    """Issue 45: with NRI_PINNER_E2E_POOL_ON_QOS_SLICES=1 in the boot, every instance with the setting has
+    unit_failed 0 and no repair beyond its scenario's own drifts (tests/vm/final_counts.py); the others, and
+    a boot without the knob, printed only."""
     summary = _summary(node_vm)
     knob_on = summary["env"].get(final_counts.KNOB) == "1"
     entries = final_counts.load(_part(node_vm).dir)
