@@ -64,9 +64,13 @@ class Pinner:
         """The CPUs a shared container's cgroup lets it run on, as this plugin keeps them: its own
         `cpuset.cpus`, or below a held QoS slice its `cpuset.cpus.effective` (its own set is the whole
         node there, the slice the pool: core/qos_slices.py)."""
+        return self.shared_cpus_file(container_id).read_text().strip()
+
+    def shared_cpus_file(self, container_id: str) -> Path:
+        """The file `shared_cpus` reads (a sampler reads it in a loop)."""
         if self.below_held_slice(container_id):
-            return (self.runtime.cgroup_dir(container_id) / "cpuset.cpus.effective").read_text().strip()
-        return self.runtime.cgroup_cpuset(container_id)
+            return self.runtime.cgroup_dir(container_id) / "cpuset.cpus.effective"
+        return self.runtime._cpuset_file(container_id)
 
     def own_cpuset(self, container_id: str, pool: str) -> str:
         """What a shared container's own `cpuset.cpus` is to hold while the pool is `pool`: the whole node

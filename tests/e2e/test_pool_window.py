@@ -43,9 +43,10 @@ def test_no_sample_shares_an_exclusive_cpu_after_its_container_started(container
     pinner = start_pinner(containerd)
     shared = [containerd.run_pod("burstable", 250, 500) for _ in range(2)]
     ids = [cid for pod in shared for cid in pod.container_ids]
-    files = [(containerd._cpuset_file(cid), Path(f"/proc/{containerd.container_pid(cid)}/status")) for cid in ids]
+    # the CPUs each may run on: below a QoS slice the plugin holds, the effective set (Pinner.shared_cpus_file)
+    files = [(pinner.shared_cpus_file(cid), Path(f"/proc/{containerd.container_pid(cid)}/status")) for cid in ids]
     assert all(f.exists() for f, _ in files)
-    assert wait_for(lambda: all(containerd.cgroup_cpuset(cid) == ALL for cid in ids), timeout=20)
+    assert wait_for(lambda: all(pinner.shared_cpus(cid) == ALL for cid in ids), timeout=20)
 
     samples: list[tuple[float, str, str]] = []
     stop = threading.Event()
@@ -68,7 +69,7 @@ def test_no_sample_shares_an_exclusive_cpu_after_its_container_started(container
             time.sleep(0.3)
             windows.append((started, time.monotonic()))
             containerd.remove_pod(guaranteed)
-            assert wait_for(lambda: all(containerd.cgroup_cpuset(cid) == ALL for cid in ids), timeout=20)
+            assert wait_for(lambda: all(pinner.shared_cpus(cid) == ALL for cid in ids), timeout=20)
     finally:
         stop.set()
         sampler.join(5)

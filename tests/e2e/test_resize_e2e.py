@@ -54,7 +54,7 @@ def test_resize_fractional_to_exclusive_and_back_and_a_refused_grow(containerd: 
 
     _resize(containerd, g, 1000)  # shared -> exclusive: no CFS quota (the kubelet asked for 100000)
     assert allowed() == ("1", SHARED) and _quota(containerd, g) == -1
-    assert containerd.cgroup_cpuset(g) == "1" and containerd.cgroup_cpuset(b) == SHARED
+    assert containerd.cgroup_cpuset(g) == "1" and pinner.shared_cpus(b) == SHARED
     doc = pinner.assignment(g)
     assert (doc["exclusive"], doc["cpus"], doc["resize"]["outcome"]) == (True, "1", "to-exclusive")
 
@@ -149,7 +149,7 @@ def test_update_of_a_container_the_restarted_plugin_never_synchronized(container
         burst = containerd.run_pod("burstable", 250, 500)  # created first: on 0-1
         guar = containerd.run_pod("guaranteed", 1000, 1000)
         (b,), (g,) = burst.container_ids, guar.container_ids
-        assert wait_for(lambda: containerd.cgroup_cpuset(b) == SHARED, timeout=10)
+        assert wait_for(lambda: pinner.shared_cpus(b) == SHARED, timeout=10)
         since = containerd.log_offset()
         containerd.restart()  # the pods keep running in their shims; the plugin is launched again
         containerd.wait_plugin_active(PLUGIN_NAME, since=since, timeout=30)
