@@ -43,24 +43,13 @@ Reply = CreateReply | UpdatesReply | Refusal | Park | bool | list[DriftProbe] | 
 class CoreContext(Protocol):
     """The node core as a rule or a book sees it (module doc)."""
 
-    @property
-    def node(self) -> NodeState: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
-    # -- the books a rule consults -----------------------------------------------------------------
-    @property
-    def passes(self) -> PassBook: ...
-
-    @property
-    def records(self) -> RuntimeRecordUpdater: ...
-
-    @property
-    def quotas(self) -> QuotaBook: ...
-
-    @property
-    def slices(self) -> QosSlices: ...
+    # the state, the settings and the books a rule consults: read, never rebound (the core owns them)
+    node: NodeState
+    settings: Settings
+    passes: PassBook
+    records: RuntimeRecordUpdater
+    quotas: QuotaBook
+    slices: QosSlices
 
     # -- what leaves the core ------------------------------------------------------------------------
     def emit(self, effect: Effect) -> None:
