@@ -5,12 +5,13 @@ fresh admission uses: handed in, they decide where the resized container lands."
 
 from __future__ import annotations
 
-from core_harness import container, make_core, make_settings, pod, resize_request
+from core_harness import make_core, make_settings
 
 from nri_pinner.core import events as ev
 from nri_pinner.core.update_inputs import UpdateNeeds, update_needs
 from nri_pinner.engine.devicemanager.hints import Device
 from nri_pinner.nri.gen import api_pb2 as api
+from testkit.pod_builders import container, pod, resize_request
 
 BPOD, GPOD, FPOD = pod("burst", "burstable"), pod("gold"), pod("frac")
 B = container(BPOD, "app", 500, 1000)
