@@ -6,7 +6,8 @@ Profiles: ``ci`` (default) — 2s2c2t/systemd; ``long`` — 2s2c2t and snc4, eac
 ``off`` — no boot. NRI_PINNER_VM_PARTS="10-node-facts ..." boots with only those parts (use -k for their
 tests; the others then fail, naming the parts that ran). Without root or QEMU the tests skip, unless
 NRI_PINNER_VM_REQUIRED=1 (./scripts/test as root) makes that a failure. A developer's re-run of
-chosen scenarios: NRI_PINNER_VM_SCENARIOS="<node id> ..." [NRI_PINNER_VM_SCENARIO_RUNTIMES="1.7"] with
+chosen scenarios: NRI_PINNER_VM_SCENARIOS="<node id> ..." [NRI_PINNER_VM_SCENARIO_RUNTIMES="1.7"] (or one
+list per runtime: NRI_PINNER_VM_SCENARIOS_1_7, NRI_PINNER_VM_SCENARIOS_2_1) with
 NRI_PINNER_VM_PARTS=30-plugin-scenarios, judged by test_part_exited_zero; NRI_PINNER_VM_POOL_ON_QOS_SLICES=1
 runs every part-30 plugin with reconcile.systemd_pool_on_qos_slices (tests/vm/final_counts.py). Image-build
 and boot figures go to the terminal summary.
@@ -44,6 +45,7 @@ PROFILE_PART_TIMEOUT = {"ci": "1800", "long": "4800"}
 # also issue 45's opt-in: every scenario's plugin with the pool on the QoS slices (tests/vm/final_counts.py).
 SCENARIO_SELECTION = {"NRI_PINNER_VM_SCENARIOS": "SCENARIOS",
                       "NRI_PINNER_VM_SCENARIO_RUNTIMES": "SCENARIO_RUNTIMES",
+                      "NRI_PINNER_VM_SCENARIOS_1_7": "SCENARIOS_1_7", "NRI_PINNER_VM_SCENARIOS_2_1": "SCENARIOS_2_1",
                       "NRI_PINNER_VM_POOL_ON_QOS_SLICES": "NRI_PINNER_E2E_POOL_ON_QOS_SLICES"}
 _runs: list[GuestRun] = []
 _failures: list[str] = []
