@@ -1,0 +1,137 @@
+"""Two checkouts of nri-pinner on one real containerd: does a change cost anything on the node?
+
+The plugin runs from checkout A, then from checkout B, in alternating blocks (A B B A ...) on the same
+private containerd (tests/e2e/harness.py; needs root and scripts/install-runtimes.sh), with N shared
+(Burstable) containers running; one sample is bench_e2e_pool.py's: a Guaranteed pod's container created,
+started, stopped (timeout 0) and removed, and a Burstable create issued --during ms into its create.
+Prints per metric both medians and B − A with a 95 % bootstrap interval. Comparing the two plugins
+directly (not each against "no plugin") takes the runtime's own cost out of the difference, so the interval
+is narrower than the difference of two bench_e2e_pool.py "added" figures. A checkout is any tree with an
+`nri_pinner` package (a `git worktree` of the older commit); both run with this checkout's virtualenv and
+the config this checkout's e2e harness writes, so the two must read the same config.
+
+    git worktree add --detach /tmp/before <commit>
+    .venv/bin/python benchmarks/bench_e2e_ab.py /tmp/before . [--runtime 1.7|2.1|both] [--shared 30]
+        [--samples 200] [--block 5] [--during 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the e2e harness lives in tests/e2e
+
+from benchmarks import bench_e2e_pool as pool  # noqa: E402
+from tests.e2e.conftest import e2e_base_dir  # noqa: E402
+from tests.e2e.harness import PrivateContainerd, claim_workdir  # noqa: E402
+from tests.e2e.pinner import start_pinner  # noqa: E402
+from tests.e2e.plugins import PluginProcess  # noqa: E402
+
+# `python -m nri_pinner` from the harness's cwd would import this checkout: run the package from the chosen
+# one, and fail at start (not measure the wrong tree) when that tree is not what Python imported.
+LAUNCH = ("import runpy, sys; sys.path.insert(0, {tree!r}); import nri_pinner; "
+          "assert nri_pinner.__file__.startswith({tree!r}), nri_pinner.__file__; "
+          "runpy.run_module('nri_pinner', run_name='__main__', alter_sys=True)")
+
+
+class TwoCheckouts(pool.Bench):
+    """bench_e2e_pool's Bench whose conditions are checkouts: "A", "B" or "off"."""
+
+    def __init__(self, runtime: PrivateContainerd, state_dir: Path, during_s: float, trees: dict[str, Path]) -> None:
+        super().__init__(runtime, state_dir, during_s)
+        self.trees = trees
+        self.current = "off"
+
+    def condition(self, name: str) -> None:
+        if name == self.current:
+            return
+        if self.pinner is not None:
+            self.pinner.stop()
+            self.pinner = None
+        self.current = name
+        if name == "off":
+            return
+        tree = str(self.trees[name])
+        runtime = self.runtime
+        spawn = runtime.start_plugin
+
+        def from_tree(argv: list[str], **kw: Any) -> PluginProcess:
+            if argv[1:3] != ["-m", "nri_pinner"]:
+                raise RuntimeError(f"the harness no longer launches `python -m nri_pinner`: {argv}")
+            return spawn([argv[0], "-c", LAUNCH.format(tree=tree), *argv[3:]], **kw)
+
+        runtime.start_plugin = from_tree  # type: ignore[method-assign]
+        try:
+            (self.state_dir / "inspect.sock").unlink(missing_ok=True)
+            self.pinner = start_pinner(runtime, self.state_dir, test_settings=False,
+                                       cpu_manager={"reserved_cpus": "0"})
+        finally:
+            runtime.start_plugin = spawn  # type: ignore[method-assign]
+
+
+def compare(key: str, trees: dict[str, Path], shared: int, samples: int, block: int, during_s: float) -> None:
+    workdir, lock = claim_workdir(e2e_base_dir() / f"bench-ab-{key}")
+    runtime = PrivateContainerd(key, workdir)
+    state_dir = workdir / "pinner"
+    state_dir.mkdir(exist_ok=True)
+    bench = TwoCheckouts(runtime, state_dir, during_s, trees)
+    out = {name: pool.Samples() for name in trees}
+    try:
+        runtime.start()
+        for _ in range(2):  # warm-up: the first creates unpack the image
+            bench.sample(pool.Samples())
+        for running in range(0, shared, 10):
+            runtime.run_pod("burstable", 250, 500, containers=min(10, shared - running))
+        order = list(trees)
+        began = time.monotonic()
+        while min(len(s.values["create"]) for s in out.values()) < samples:
+            for name in order:
+                bench.condition(name)
+                for _ in range(min(block, samples - len(out[name].values["create"]))):
+                    bench.sample(out[name])
+            order.reverse()
+        bench.condition("off")
+        print(f"containerd {runtime.version} ({key}), N = {shared} shared containers: {samples} samples per "
+              f"checkout in blocks of {block}, {time.monotonic() - began:.0f} s, load average "
+              f"{Path('/proc/loadavg').read_text().split()[0]}; A = {trees['A']}, B = {trees['B']}")
+        rng = random.Random(46)
+        for metric in pool.METRICS:
+            a, b = out["A"].values[metric], out["B"].values[metric]
+            lo, hi = pool.interval(b, a, rng)
+            print(f"  {metric:17} A {statistics.median(a) * 1000:7.2f}  B {statistics.median(b) * 1000:7.2f} ms  "
+                  f"B - A {(statistics.median(b) - statistics.median(a)) * 1000:+6.2f} [{lo:+.2f} .. {hi:+.2f}] ms")
+    finally:
+        bench.condition("off")
+        runtime.stop()
+        lock.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("a", type=Path, help="checkout A (e.g. a worktree of the commit before a change)")
+    parser.add_argument("b", type=Path, help="checkout B (e.g. .)")
+    parser.add_argument("--runtime", choices=["1.7", "2.1", "both"], default="both")
+    parser.add_argument("--shared", type=int, default=30)
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--block", type=int, default=5)
+    parser.add_argument("--during", type=float, default=5.0, help="ms after the Guaranteed create began")
+    args = parser.parse_args()
+    trees = {"A": args.a.resolve(), "B": args.b.resolve()}
+    for name, tree in trees.items():
+        if not (tree / "nri_pinner" / "__main__.py").is_file():
+            parser.error(f"checkout {name}: no nri_pinner/__main__.py under {tree}")
+    if args.samples < 2 or args.block < 1 or args.shared < 0:
+        parser.error("need --samples >= 2, --block >= 1, --shared >= 0")
+    for key in ("1.7", "2.1") if args.runtime == "both" else (args.runtime,):
+        compare(key, trees, args.shared, args.samples, args.block, args.during / 1000)
+
+
+if __name__ == "__main__":
+    main()
