@@ -28,7 +28,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the e2e harness lives in tests/e2e
 
-from benchmarks import bench_e2e_pool as pool  # noqa: E402
+import bench_e2e_pool as pool  # noqa: E402  (the script's folder is on sys.path)
+
 from tests.e2e.conftest import e2e_base_dir  # noqa: E402
 from tests.e2e.harness import PrivateContainerd, claim_workdir  # noqa: E402
 from tests.e2e.pinner import start_pinner  # noqa: E402

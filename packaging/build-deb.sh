@@ -93,9 +93,9 @@ in_root "$venv/bin/python" -E -s -B "$(cd "$broot" && ls tmp/wheels/pip-*.whl | 
 [ "$(in_root "$venv/bin/nri-pinner" --version)" = "nri-pinner $upstream" ] ||
     { echo "build-deb.sh: the built venv does not run" >&2; exit 1; }
 # Man page and completions come from the argparse definitions of the code being packaged.
-in_root "$venv/bin/python" -E -s -B -m nri_pinner.cli.doc man >"$build_dir/nri-pinner.1"
-in_root "$venv/bin/python" -E -s -B -m nri_pinner.cli.doc bash >"$build_dir/nri-pinner.bash"
-in_root "$venv/bin/python" -E -s -B -m nri_pinner.cli.doc zsh >"$build_dir/_nri-pinner"
+in_root "$venv/bin/python" -E -s -B -m nri_pinner.cli.man_and_completions man >"$build_dir/nri-pinner.1"
+in_root "$venv/bin/python" -E -s -B -m nri_pinner.cli.man_and_completions bash >"$build_dir/nri-pinner.bash"
+in_root "$venv/bin/python" -E -s -B -m nri_pinner.cli.man_and_completions zsh >"$build_dir/_nri-pinner"
 t2=$(date +%s)
 
 # 3. The staged tree.

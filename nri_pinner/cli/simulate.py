@@ -7,7 +7,7 @@ Scenario: {"topology": {...same shape as `topology --json`...}, "config": {...TO
 "container": ..., "cpu_request_milli": ..., "cpu_limit_milli": ...}]}. ``update`` is an in-place resize
 (engine only); its QoS defaults to the one the container was created with. ``nics`` (with
 ``hints.providers = ["cpu", "nics"]``) sets the pod's NICs: NUMA node ids, or PCI addresses read under
---sysfs (else the config's ``sysfs_root``); devices and memory: see simulate_alignment.
+--sysfs (else the config's ``sysfs_root``); devices and memory: see simulate_devices_memory.
 Output: one JSON object per op (JSON lines).
 """
 
@@ -29,7 +29,7 @@ from ..engine.topology.model import Topology, TopologyError
 from ..engine.topology.nic_pci import NicPCIError, normalize_pci_address, numa_node_of_pci
 from ..engine.topology.sysfs import SysfsError, discover
 from ..engine.topologymanager.hints import parse_static_hints
-from .simulate_alignment import AlignmentInputError, DeviceIndex, op_devices, op_memory, scenario_memory_policy
+from .simulate_devices_memory import AlignmentInputError, DeviceIndex, op_devices, op_memory, scenario_memory_policy
 
 CREATE_KEYS = {"op", "pod", "container", "qos", "cpu_request_milli", "cpu_limit_milli", "init", "restartable",
                "hints", "pod_exclusive_cpus", "nics", "devices", "memory_bytes", "hugepages"}

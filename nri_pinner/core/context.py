@@ -2,11 +2,12 @@
 `Policy.Allocate(s state.State, ...)` shape: a policy gets the state, never the manager that owns it).
 
 The container lifecycle (`lifecycle.py`), resize (`resizing.py`), connection (`connection.py`), drift and
-hotplug (`repairs.py`), and the books (the cgroup passes' `PassBook`, the runtime records' `RuntimeRecordUpdater`, the
-pod quotas' `QuotaBook`, the QoS slices' `QosSlices`) read and change the node's state (`NodeState`, with
-everything the rules keep between events) and the settings, and hand back what the edge must do only through
-this: `emit` an effect, `count`, `commit` a change, park a reply until a pass, `resolve` a parked one,
-`record` a decision, `refuse`. The one owner of the state (core/node.py) implements it; no rule imports it.
+hotplug (`repairs.py`), and the books (the cgroup passes' `PassPlanner`, the runtime records'
+`RuntimeRecordUpdater`, the pod quotas' `QuotaBook`, the QoS slices' `QosSlices`) read and change the node's
+state (`NodeState`, with everything the rules keep between events) and the settings, and hand back what the
+edge must do only through this: `emit` an effect, `count`, `commit` a change, park a reply until a pass,
+`resolve` a parked one, `record` a decision, `refuse`. The one owner of the state (core/node.py) implements
+it; no rule imports it.
 
 `Reply` is what an event is answered with (the node core's `handle`, core/node.py).
 """
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from .effects import CounterName, Effect
     from .events import WriteResult
     from .intent import ContainerIntent
-    from .passes import PassBook
+    from .passes import PassPlanner
     from .qos_slices import QosSlices
     from .quotas import QuotaBook
     from .runtime_record_updates import RuntimeRecordUpdater
@@ -46,7 +47,7 @@ class CoreContext(Protocol):
     # the state, the settings and the books a rule consults: read, never rebound (the core owns them)
     node: NodeState
     settings: Settings
-    passes: PassBook
+    passes: PassPlanner
     records: RuntimeRecordUpdater
     quotas: QuotaBook
     slices: QosSlices

@@ -62,7 +62,7 @@ from .events import (
     WriteResult,
 )
 from .intent import ContainerIntent
-from .passes import PassBook
+from .passes import PassPlanner
 from .qos_slices import QosSlices
 from .runtime_record_updates import RETRY_TIMER as RECORDS_RETRY_TIMER
 from .runtime_record_updates import TIMER as RECORDS_TIMER
@@ -87,7 +87,7 @@ class NodeCore:
         self.node = NodeState(engine, engine.initial_state(), cgroup_writes=cgroup_writes,
                               prior=checkpoint_entries(prior))
         # the books: each is handed this core as a `CoreContext` (core/context.py), never as itself
-        self.passes = PassBook(self)
+        self.passes = PassPlanner(self)
         self.records = RuntimeRecordUpdater(self, settings.reconcile.runtime_record_quiet_seconds)
         self.quotas = quotas.QuotaBook(self)  # pods' cgroups left without a CFS quota
         # the shared pool held on the QoS slices (cgroup v2, systemd driver): None = not, else the QoS slices

@@ -64,10 +64,10 @@ class _InFlight:
     pool: CPUSet
     urgent: bool
     record: bool = False  # a runtime record update holds the slot (core/runtime_record_updates.py), not a pass
-    writes: frozenset[str] = frozenset()  # what it writes (PassBook.overlapped)
+    writes: frozenset[str] = frozenset()  # what it writes (PassPlanner.overlapped)
 
 
-class PassBook:
+class PassPlanner:
     def __init__(self, core: CoreContext) -> None:
         self.core = core
         self.wait_seconds = pass_wait_seconds(0)  # set from the runtime's request timeout at Configure

@@ -45,7 +45,7 @@ from ..engine.devicemanager.podresources import PodResourcesView
 from ..nri.gen import api_pb2 as api
 from ..nri.handlers import CreateReply, ParkedReply, UpdatesReply
 from ..nri.stub.handler_calls import HandlerThread
-from .cgroups.passes import PassRunner, cgroup_writer
+from .cgroups.passes import PassWorkers, cgroup_writer
 from .cgroups.paths import CgroupError
 from .checkpoint.writer import CheckpointWriter
 from .clients.podresources import PodResources
@@ -91,7 +91,7 @@ class PinnerPlugin:
         self.podresources = podresources
         if podresources is not None:  # init/app roles from the kubelet's List, delivered on the node thread
             podresources.deliver = self._podresources_listed
-        self.passes = PassRunner(self.writer, self.post) if self.writer is not None else None
+        self.passes = PassWorkers(self.writer, self.post) if self.writer is not None else None
         self.timers = Timers(self._timer_fired)
         self._parked: dict[int, Callable[[object], None]] = {}  # core token -> who gets the reply
         # core token -> a create parked for its pod's NIC lookup (core/nic_waits.py): its reply, and the lookup

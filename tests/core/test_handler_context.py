@@ -15,7 +15,7 @@ NODE = "nri_pinner.core.node"
 # the modules the node core hands itself to, and the books among them (their classes take it as `core`)
 HANDLERS = ("lifecycle", "connection", "passes", "repairs", "resizing", "runtime_record_updates", "quotas",
             "qos_slices", "nic_waits")
-BOOKS = {"passes": "PassBook", "runtime_record_updates": "RuntimeRecordUpdater", "quotas": "QuotaBook",
+BOOKS = {"passes": "PassPlanner", "runtime_record_updates": "RuntimeRecordUpdater", "quotas": "QuotaBook",
          "qos_slices": "QosSlices", "nic_waits": "NicWaits"}
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_pinner.cli.doc import bash_completion, man_page, zsh_completion
 from nri_pinner.cli.main import EXIT_CODES, build_parser, main
+from nri_pinner.cli.man_and_completions import bash_completion, man_page, zsh_completion
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = str(REPO / "tests" / "fixtures" / "sysfs" / "dual-socket-ht")

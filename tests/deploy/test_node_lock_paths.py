@@ -45,7 +45,7 @@ def test_readme_says_run_refuses_a_second_instance_on_the_same_runtime() -> None
 
 
 def test_the_man_page_names_the_run_time_files_where_they_are() -> None:
-    from nri_pinner.cli.doc import man_page
+    from nri_pinner.cli.man_and_completions import man_page
     from nri_pinner.config import InspectSettings
 
     page = man_page().replace("\\-", "-")

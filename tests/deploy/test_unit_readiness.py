@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from nri_pinner.cli.doc import man_page
+from nri_pinner.cli.man_and_completions import man_page
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "nri-pinner.service"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from nri_pinner import __version__
-from nri_pinner.cli.doc import man_page
+from nri_pinner.cli.man_and_completions import man_page
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "nri-pinner.service"

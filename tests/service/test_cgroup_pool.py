@@ -20,7 +20,7 @@ from svc_harness import Running, container, cpuset_updates, create, make_setting
 
 from nri_pinner.core import passes as core_passes
 from nri_pinner.core.events import CpusetsRead, DriftCheck
-from nri_pinner.core.passes import PassBook
+from nri_pinner.core.passes import PassPlanner
 from nri_pinner.core.repairs import Drift, DriftProbe
 from nri_pinner.edge.app import Service
 from nri_pinner.edge.cgroups import cpuset_writer
@@ -59,13 +59,13 @@ async def start_shared(r: Running, root: Path) -> None:
     await r.conn.state_change(api.START_CONTAINER, BPOD, B)
 
 
-async def written(svc: Service) -> PassBook:
+async def written(svc: Service) -> PassPlanner:
     """The core's pass book, once a pass begun at the newest change has finished (asserted, within 5 s)."""
     assert await asyncio.to_thread(svc.plugin.await_pass, 5)
     return svc.plugin.core.passes
 
 
-async def shrunk_for_g(r: Running, root: Path) -> tuple[CPUSet, PassBook]:
+async def shrunk_for_g(r: Running, root: Path) -> tuple[CPUSet, PassPlanner]:
     """B started, G created, and the pass for G done: (the shared pool now, the core's pass book)."""
     await start_shared(r, root)
     reply = await r.conn.create_container(create(GPOD, G))

@@ -60,7 +60,7 @@ def failed_pass(work: WriteCgroups, why: str) -> tuple[list[WriteResult], list[S
     return results, [SliceResult(s.unit, s.cpus, error=why) for s in work.slices]
 
 
-class PassRunner:
+class PassWorkers:
     """Carries out `WriteCgroups` effects; `report` delivers each pass's results to the node thread."""
 
     def __init__(self, writer: CpusetWriter, report: Callable[[CgroupsWritten], None]) -> None:
