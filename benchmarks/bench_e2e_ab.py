@@ -30,8 +30,7 @@ sys.path.insert(0, str(REPO))  # the e2e harness lives in tests/e2e
 
 import bench_e2e_pool as pool  # noqa: E402  (the script's folder is on sys.path)
 
-from tests.e2e.conftest import e2e_base_dir  # noqa: E402
-from tests.e2e.harness import PrivateContainerd, claim_workdir  # noqa: E402
+from tests.e2e.harness import PrivateContainerd  # noqa: E402
 from tests.e2e.pinner import start_pinner  # noqa: E402
 from tests.e2e.plugins import PluginProcess  # noqa: E402
 
@@ -78,28 +77,14 @@ class TwoCheckouts(pool.Bench):
 
 
 def compare(key: str, trees: dict[str, Path], shared: int, samples: int, block: int, during_s: float) -> None:
-    workdir, lock = claim_workdir(e2e_base_dir() / f"bench-ab-{key}")
-    runtime = PrivateContainerd(key, workdir)
-    state_dir = workdir / "pinner"
-    state_dir.mkdir(exist_ok=True)
-    bench = TwoCheckouts(runtime, state_dir, during_s, trees)
-    out = {name: pool.Samples() for name in trees}
-    try:
-        runtime.start()
-        for _ in range(2):  # warm-up: the first creates unpack the image
-            bench.sample(pool.Samples())
-        for running in range(0, shared, 10):
-            runtime.run_pod("burstable", 250, 500, containers=min(10, shared - running))
-        order = list(trees)
+    def make(runtime: PrivateContainerd, state_dir: Path) -> TwoCheckouts:
+        return TwoCheckouts(runtime, state_dir, during_s, trees)
+
+    with pool.benched_runtime(key, f"bench-ab-{key}", make) as bench:
+        pool.run_shared(bench.runtime, 0, shared)
         began = time.monotonic()
-        while min(len(s.values["create"]) for s in out.values()) < samples:
-            for name in order:
-                bench.condition(name)
-                for _ in range(min(block, samples - len(out[name].values["create"]))):
-                    bench.sample(out[name])
-            order.reverse()
-        bench.condition("off")
-        print(f"containerd {runtime.version} ({key}), N = {shared} shared containers: {samples} samples per "
+        out = bench.run(samples, block, conditions=tuple(trees))
+        print(f"containerd {bench.runtime.version} ({key}), N = {shared} shared containers: {samples} samples per "
               f"checkout in blocks of {block}, {time.monotonic() - began:.0f} s, load average "
               f"{Path('/proc/loadavg').read_text().split()[0]}; A = {trees['A']}, B = {trees['B']}")
         rng = random.Random(46)
@@ -108,21 +93,14 @@ def compare(key: str, trees: dict[str, Path], shared: int, samples: int, block: 
             lo, hi = pool.interval(b, a, rng)
             print(f"  {metric:17} A {statistics.median(a) * 1000:7.2f}  B {statistics.median(b) * 1000:7.2f} ms  "
                   f"B - A {(statistics.median(b) - statistics.median(a)) * 1000:+6.2f} [{lo:+.2f} .. {hi:+.2f}] ms")
-    finally:
-        bench.condition("off")
-        runtime.stop()
-        lock.close()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("a", type=Path, help="checkout A (e.g. a worktree of the commit before a change)")
     parser.add_argument("b", type=Path, help="checkout B (e.g. .)")
-    parser.add_argument("--runtime", choices=["1.7", "2.1", "both"], default="both")
+    pool.sample_args(parser, samples=200, block=5)
     parser.add_argument("--shared", type=int, default=30)
-    parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--block", type=int, default=5)
-    parser.add_argument("--during", type=float, default=5.0, help="ms after the Guaranteed create began")
     args = parser.parse_args()
     trees = {"A": args.a.resolve(), "B": args.b.resolve()}
     for name, tree in trees.items():

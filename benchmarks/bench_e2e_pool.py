@@ -28,8 +28,11 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the e2e harness lives in tests/e2e
@@ -45,6 +48,7 @@ from tests.e2e.pods import WORKLOAD, add_to_spec, container_request, resources_f
 CONDITIONS = ("nri-pinner", "none", "pin_fixed")
 METRICS = ("create", "start", "stop", "remove", "burstable-during")
 BOOTSTRAP_ROUNDS = 2000
+B = TypeVar("B", bound="Bench")
 
 
 @dataclass
@@ -119,9 +123,9 @@ class Bench:
         rt.remove_pod(gpod, stop_timeout_s=0)
         rt.remove_pod(bpod, stop_timeout_s=0)
 
-    def run(self, samples: int, block: int) -> dict[str, Samples]:
-        out = {c: Samples() for c in CONDITIONS}
-        order = list(CONDITIONS)
+    def run(self, samples: int, block: int, conditions: tuple[str, ...] = CONDITIONS) -> dict[str, Samples]:
+        out = {c: Samples() for c in conditions}
+        order = list(conditions)
         while min(len(s.values["create"]) for s in out.values()) < samples:
             for name in order:
                 self.condition(name)
@@ -151,39 +155,58 @@ def report(n: int, out: dict[str, Samples], rng: random.Random) -> None:
               f"[{lo:+.1f} .. {hi:+.1f}]   vs pin_fixed {meds[0] - meds[2]:+6.1f} [{flo:+.1f} .. {fhi:+.1f}]")
 
 
-def bench_runtime(key: str, shared: list[int], samples: int, block: int, during_s: float) -> None:
-    workdir, lock = claim_workdir(e2e_base_dir() / f"bench-pool-{key}")
+@contextmanager
+def benched_runtime(key: str, workdir_name: str, make: Callable[[PrivateContainerd, Path], B]) -> Iterator[B]:
+    """A private containerd started with a `Bench` on it (made by `make`), two warm-up samples taken (the first
+    creates unpack the image); at the end the plugin stopped, then the runtime."""
+    workdir, lock = claim_workdir(e2e_base_dir() / workdir_name)
     runtime = PrivateContainerd(key, workdir)
     state_dir = workdir / "pinner"
     state_dir.mkdir(exist_ok=True)
-    bench = Bench(runtime, state_dir, during_s)
-    rng = random.Random(19)
-    running = 0
+    bench = make(runtime, state_dir)
     try:
         runtime.start()
-        print(f"containerd {runtime.version} ({key}): Guaranteed create/start/stop and a Burstable create "
-              f"{during_s * 1000:.0f} ms into it; conditions rotate in blocks of {block}")
-        for _ in range(2):  # warm-up: the first creates unpack the image
+        for _ in range(2):
             bench.sample(Samples())
-        for n in sorted(shared):
-            while running < n:
-                k = min(10, n - running)
-                runtime.run_pod("burstable", 250, 500, containers=k)
-                running += k
-            report(n, bench.run(samples, block), rng)
+        yield bench
     finally:
         bench.condition("off")
         runtime.stop()
         lock.close()
 
 
+def run_shared(runtime: PrivateContainerd, running: int, n: int) -> int:
+    """Burstable pods of up to 10 containers until `n` shared containers run; returns how many run."""
+    while running < n:
+        k = min(10, n - running)
+        runtime.run_pod("burstable", 250, 500, containers=k)
+        running += k
+    return running
+
+
+def bench_runtime(key: str, shared: list[int], samples: int, block: int, during_s: float) -> None:
+    rng = random.Random(19)
+    running = 0
+    with benched_runtime(key, f"bench-pool-{key}", lambda rt, state: Bench(rt, state, during_s)) as bench:
+        print(f"containerd {bench.runtime.version} ({key}): Guaranteed create/start/stop and a Burstable create "
+              f"{during_s * 1000:.0f} ms into it; conditions rotate in blocks of {block}")
+        for n in sorted(shared):
+            running = run_shared(bench.runtime, running, n)
+            report(n, bench.run(samples, block), rng)
+
+
+def sample_args(parser: argparse.ArgumentParser, samples: int, block: int) -> None:
+    """The options every bench_e2e_* script built on this one's sample takes."""
+    parser.add_argument("--runtime", choices=["1.7", "2.1", "both"], default="both")
+    parser.add_argument("--samples", type=int, default=samples)
+    parser.add_argument("--block", type=int, default=block)
+    parser.add_argument("--during", type=float, default=5.0, help="ms after the Guaranteed create began")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runtime", choices=["1.7", "2.1", "both"], default="both")
+    sample_args(parser, samples=24, block=4)
     parser.add_argument("--shared", type=int, nargs="+", default=[0, 10, 30, 60, 100])
-    parser.add_argument("--samples", type=int, default=24)
-    parser.add_argument("--block", type=int, default=4)
-    parser.add_argument("--during", type=float, default=5.0, help="ms after the Guaranteed create began")
     args = parser.parse_args()
     if args.samples < 2 or args.block < 1 or min(args.shared) < 0:
         parser.error("need --samples >= 2, --block >= 1, --shared >= 0")
