@@ -97,9 +97,9 @@ class RecordItem:
 
 
 @dataclass(frozen=True)
-class SyncRecords:
+class UpdateRuntimeRecords:
     """Update the runtime's own record of these containers to these cpusets (one at a time), then reply
-    with `RecordsSynced(sync_id, ...)`. The runtime asks us (UpdateContainer) on the CRI path."""
+    with `RuntimeRecordsUpdated(sync_id, ...)`. The runtime asks us (UpdateContainer) on the CRI path."""
 
     sync_id: int
     items: tuple[RecordItem, ...]
@@ -180,5 +180,5 @@ class Park:
     token: int
 
 
-Effect = (WriteCgroups | Expedite | WriteCheckpoint | ArmTimer | ListPodResources | SyncRecords | Resolve
+Effect = (WriteCgroups | Expedite | WriteCheckpoint | ArmTimer | ListPodResources | UpdateRuntimeRecords | Resolve
           | SettleWhenIdle | Count | Timed | CreateNow)

@@ -169,7 +169,7 @@ class PodResourcesListed:
 
 
 @dataclass(frozen=True)
-class RecordSyncReady:
+class RuntimeRecordUpdatesReady:
     """The reconcile edge can update the runtime's records (it has a CRI client, or NRI is new enough)."""
 
     ready: bool = True
@@ -183,8 +183,8 @@ class RecordResult:
 
 
 @dataclass(frozen=True)
-class RecordsSynced:
-    """The runtime record updates of `SyncRecords(sync_id)` are over (core/runtime_record_updates.py)."""
+class RuntimeRecordsUpdated:
+    """The runtime record updates of `UpdateRuntimeRecords(sync_id)` are over (core/runtime_record_updates.py)."""
 
     sync_id: int
     results: Sequence[RecordResult]
@@ -213,4 +213,4 @@ class TopologyChanged:
 Event = (Configured | Synchronize | CreateContainer | StartContainer | StopContainer | RemoveContainer
          | StopPodSandbox | RemovePodSandbox | UpdateContainer | UpdatePodSandbox | ConnectionClosed | ReplyDiscarded
          | CgroupsWritten | TimerFired | AwaitPass | DriftCheck | CpusetsRead | RuntimeRepaired | TopologyChanged
-         | PodResourcesListed | RecordSyncReady | RecordsSynced | AwaitNics | NicsLookedUp)
+         | PodResourcesListed | RuntimeRecordUpdatesReady | RuntimeRecordsUpdated | AwaitNics | NicsLookedUp)

@@ -45,11 +45,11 @@ from .events import (
     Event,
     NicsLookedUp,
     PodResourcesListed,
-    RecordsSynced,
-    RecordSyncReady,
     RemoveContainer,
     RemovePodSandbox,
     ReplyDiscarded,
+    RuntimeRecordsUpdated,
+    RuntimeRecordUpdatesReady,
     RuntimeRepaired,
     StartContainer,
     StopContainer,
@@ -160,9 +160,9 @@ class NodeCore:
                 return repairs.runtime_repaired(self, event)
             case TopologyChanged():
                 return repairs.topology_changed(self, event)
-            case RecordSyncReady():
+            case RuntimeRecordUpdatesReady():
                 return self.records.became_ready(event)
-            case RecordsSynced():
+            case RuntimeRecordsUpdated():
                 return self.records.synced(event)
             case PodResourcesListed():
                 self.node.listed_pods = event.pods  # read at the next create or stop (roles.py)

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from .effects import ArmTimer, RecordItem, SyncRecords
-from .events import RecordsSynced, RecordSyncReady
+from .effects import ArmTimer, RecordItem, UpdateRuntimeRecords
+from .events import RuntimeRecordsUpdated, RuntimeRecordUpdatesReady
 
 if TYPE_CHECKING:
     from .context import CoreContext, Reply
@@ -44,7 +44,7 @@ class RuntimeRecordUpdater:
     def __init__(self, core: CoreContext, quiet_seconds: float) -> None:
         self.core = core
         self.quiet = quiet_seconds  # 0: off
-        self.ready = False  # the edge has a path to the runtime (`RecordSyncReady`)
+        self.ready = False  # the edge has a path to the runtime (`RuntimeRecordUpdatesReady`)
         self.armed_at: int | None = None  # the generation the timer was armed at (None: not armed)
         self.failed: dict[str, int] = {}  # container id -> generation its update failed at (not retried before)
         self.failures_in_a_row = 0  # picks the next retry delay; a success starts over
@@ -53,7 +53,7 @@ class RuntimeRecordUpdater:
         self.count = 0  # record updates sent (status)
 
     # -- events ----------------------------------------------------------------------------------
-    def became_ready(self, event: RecordSyncReady) -> Reply:
+    def became_ready(self, event: RuntimeRecordUpdatesReady) -> Reply:
         self.ready = event.ready and self.quiet > 0 and self.core.node.cgroup_writes
         self.changed()
         return None
@@ -76,10 +76,10 @@ class RuntimeRecordUpdater:
         if item is None:
             return None
         self.in_flight[item.container_id] = item
-        self.core.emit(SyncRecords(passes.hold(frozenset({item.container_id})), (item,)))
+        self.core.emit(UpdateRuntimeRecords(passes.hold(frozenset({item.container_id})), (item,)))
         return None
 
-    def synced(self, event: RecordsSynced) -> Reply:
+    def synced(self, event: RuntimeRecordsUpdated) -> Reply:
         node = self.core.node
         rewrite = False
         for r in event.results:

@@ -29,7 +29,7 @@ from ..core.effects import (
     Refusal,
     Resolve,
     SettleWhenIdle,
-    SyncRecords,
+    UpdateRuntimeRecords,
     WriteCgroups,
     WriteCheckpoint,
 )
@@ -96,8 +96,8 @@ class PinnerPlugin:
         self._parked: dict[int, Callable[[object], None]] = {}  # core token -> who gets the reply
         # core token -> a create parked for its pod's NIC lookup (core/nic_waits.py): its reply, and the lookup
         self._nic_creates: dict[int, tuple[ParkedReply[CreateReply], Future[Any]]] = {}
-        # the reconcile edge's way to update the runtime's records (it says `RecordSyncReady` once set)
-        self.record_sender: Callable[[SyncRecords], None] | None = None
+        # the reconcile edge's way to update the runtime's records (it says `RuntimeRecordUpdatesReady` once set)
+        self.record_sender: Callable[[UpdateRuntimeRecords], None] | None = None
 
     # -- reading the core's state from any thread (published views only) --------------------------
     @property
@@ -179,12 +179,12 @@ class PinnerPlugin:
                 carry_out(self.metrics, effect, seconds)
             elif isinstance(effect, ArmTimer):
                 self.timers.arm(effect.name, effect.seconds)
-            elif isinstance(effect, SyncRecords):
+            elif isinstance(effect, UpdateRuntimeRecords):
                 if self.record_sender is not None:
                     self.record_sender(effect)
                 else:
-                    self.post(ev.RecordsSynced(effect.sync_id, [ev.RecordResult(i.container_id, "", "no runtime path")
-                                                                 for i in effect.items]))
+                    none = [ev.RecordResult(i.container_id, "", "no runtime path") for i in effect.items]
+                    self.post(ev.RuntimeRecordsUpdated(effect.sync_id, none))
             elif isinstance(effect, SettleWhenIdle):
                 self.thread.submit_idle(effect.settle)
             elif isinstance(effect, ListPodResources):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from core_harness import Edge, container, create, make_core, make_settings, of_type, passes, pod
 
 from nri_pinner.core import events as ev
-from nri_pinner.core.effects import Park, SyncRecords
+from nri_pinner.core.effects import Park, UpdateRuntimeRecords
 from nri_pinner.core.node import Outcome
 from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
@@ -42,8 +42,8 @@ def run(e: Edge, sandbox: api.PodSandbox, c: api.Container) -> CPUSet:
     return CPUSet.parse(reply.cpus)
 
 
-def record_updates(out: Outcome) -> list[SyncRecords]:
-    return of_type(out.effects, SyncRecords)
+def record_updates(out: Outcome) -> list[UpdateRuntimeRecords]:
+    return of_type(out.effects, UpdateRuntimeRecords)
 
 
 def cpuset_update(sandbox: api.PodSandbox, c: api.Container, cpus: CPUSet) -> ev.UpdateContainer:
@@ -56,7 +56,7 @@ def cpuset_update(sandbox: api.PodSandbox, c: api.Container, cpus: CPUSet) -> ev
 def narrowed() -> tuple[Edge, CPUSet]:
     """A shared container B whose record still holds every CPU after G took two: the pool is quiet."""
     e = make_core()
-    assert e.handle(ev.RecordSyncReady()).effects  # the quiet timer
+    assert e.handle(ev.RuntimeRecordUpdatesReady()).effects  # the quiet timer
     run(e, BPOD, B)
     run(e, GPOD, G)
     assert e.core.node.recorded[B.id][0] != e.pool  # the create-time set: every CPU but the reserved one
@@ -75,7 +75,7 @@ def test_a_shared_containers_record_follows_the_pool_once_it_is_quiet() -> None:
     # the runtime asks us (CRI UpdateContainerResources -> NRI UpdateContainer): the reply names the pool
     reply = e.handle(cpuset_update(BPOD, B, pool)).reply
     assert isinstance(reply, UpdatesReply) and reply.updates[0].cpus == str(pool)
-    out = e.handle(ev.RecordsSynced(sync.sync_id, [ev.RecordResult(B.id, "cri")]))
+    out = e.handle(ev.RuntimeRecordsUpdated(sync.sync_id, [ev.RecordResult(B.id, "cri")]))
     assert e.core.records.stale() == 0
     assert "records" not in e.armed and passes(out) == []  # nothing more to do, nothing to write
     assert e.core.node.recorded[G.id][0] == e.cgroups[G.id]  # an exclusive record was right all along
@@ -96,7 +96,7 @@ def test_a_start_waits_for_a_record_update_in_flight_and_the_pass_after_it() -> 
     settle_passes(e)
     assert not e.in_flight and started.reply.token not in e.resolves
     # runc has written B's cgroup with the old pool; the record update is over: the pass goes, urgent
-    out = e.handle(ev.RecordsSynced(sync.sync_id, [ev.RecordResult(B.id, "cri")]))
+    out = e.handle(ev.RuntimeRecordsUpdated(sync.sync_id, [ev.RecordResult(B.id, "cri")]))
     [p] = passes(out)
     assert p.urgent and {i.container_id: i.cpus for i in p.items}[B.id] == pool - h_cpus
     e.write()
@@ -107,7 +107,7 @@ def test_a_start_waits_for_a_record_update_in_flight_and_the_pass_after_it() -> 
 def test_a_failed_record_update_rewrites_the_cgroup_and_waits_for_the_next_change() -> None:
     e, pool = narrowed()
     [sync] = record_updates(e.fire("records"))
-    out = e.handle(ev.RecordsSynced(sync.sync_id, [ev.RecordResult(B.id, "", "DeadlineExceeded")]))
+    out = e.handle(ev.RuntimeRecordsUpdated(sync.sync_id, [ev.RecordResult(B.id, "", "DeadlineExceeded")]))
     assert B.id not in e.core.node.told
     [p] = passes(out)  # runc may still write the old set late: the cgroup is written again
     assert [(i.container_id, i.cpus) for i in p.items] == [(B.id, pool)]
@@ -126,7 +126,7 @@ def test_a_failed_record_update_on_a_quiet_node_is_retried_after_a_growing_delay
     delays = []
     for _ in range(3):
         [sync] = record_updates(e.fire("records"))
-        out = e.handle(ev.RecordsSynced(sync.sync_id, [ev.RecordResult(B.id, "", "DeadlineExceeded")]))
+        out = e.handle(ev.RuntimeRecordsUpdated(sync.sync_id, [ev.RecordResult(B.id, "", "DeadlineExceeded")]))
         assert passes(out)
         e.write()
         assert "records" not in e.armed
@@ -136,7 +136,7 @@ def test_a_failed_record_update_on_a_quiet_node_is_retried_after_a_growing_delay
     assert delays == [10.0, 30.0, 60.0]
     [sync] = record_updates(e.fire("records"))
     e.handle(cpuset_update(BPOD, B, pool))
-    e.handle(ev.RecordsSynced(sync.sync_id, [ev.RecordResult(B.id, "cri")]))
+    e.handle(ev.RuntimeRecordsUpdated(sync.sync_id, [ev.RecordResult(B.id, "cri")]))
     assert e.core.records.stale() == 0 and "records-retry" not in e.armed
     assert e.core.records.failures_in_a_row == 0  # the next failure waits 10 s again
 
@@ -146,7 +146,7 @@ def test_records_are_left_alone_when_off_or_without_cgroup_writes() -> None:
                                              "runtime_record_quiet_seconds": 0}))
     nowrites = make_core(cgroup_writes=False)
     for e in (off, nowrites):
-        assert e.handle(ev.RecordSyncReady()).effects == []
+        assert e.handle(ev.RuntimeRecordUpdatesReady()).effects == []
         run(e, BPOD, B)
         run(e, GPOD, G)
         assert "records" not in e.armed
@@ -154,7 +154,7 @@ def test_records_are_left_alone_when_off_or_without_cgroup_writes() -> None:
 
 def test_synchronize_takes_the_runtimes_record_and_brings_a_stale_one_in_line() -> None:
     e = make_core(synchronized=False)
-    e.handle(ev.RecordSyncReady())
+    e.handle(ev.RuntimeRecordUpdatesReady())
     running = [api.Container(id=c.id, pod_sandbox_id=c.pod_sandbox_id, name=c.name, state=api.CONTAINER_RUNNING,
                              labels=c.labels, annotations=c.annotations, linux=c.linux) for c in (B, G)]
     everything = str(e.topology.online)

@@ -9,7 +9,7 @@ before v0.12.1 (lock-order inversion, fixed by containerd/nri 55afaa2). So:
   call is async and never blocks the stub's loop;
 - neither: the repair rides on the next event reply, and the drift is logged meanwhile.
 The same two paths bring the runtime's own record of a container in line with its cgroup when the
-core asks (`SyncRecords`, core/runtime_record_updates.py), one container at a time.
+core asks (`UpdateRuntimeRecords`, core/runtime_record_updates.py), one container at a time.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import structlog
 
 from ...config import Settings
 from ...core import events as ev
-from ...core.effects import SyncRecords
+from ...core.effects import UpdateRuntimeRecords
 from ...core.repairs import Drift, DriftProbe
 from ...core.state import Mems, mems_text
 from ...engine.admission_engine import Engine
@@ -70,11 +70,11 @@ class Reconciler:
         if self.cri is not None or (self.stub is not None and self.stub.supports_safe_unsolicited_updates):
             loop = asyncio.get_running_loop()
 
-            def send(effect: SyncRecords) -> None:  # on the node thread: the calls run on this loop
+            def send(effect: UpdateRuntimeRecords) -> None:  # on the node thread: the calls run on this loop
                 loop.call_soon_threadsafe(lambda: self._record_tasks.add(loop.create_task(self._sync_records(effect))))
 
             self.plugin.record_sender = send
-            self.plugin.post(ev.RecordSyncReady())
+            self.plugin.post(ev.RuntimeRecordUpdatesReady())
         sock = open_socket()
         watcher = asyncio.create_task(watch_cpus(sock, self.cpus_changed)) if sock is not None else None
         try:
@@ -152,7 +152,7 @@ class Reconciler:
                             code=str(exc.code()), details=exc.details())
         return "next-reply"
 
-    async def _sync_records(self, effect: SyncRecords) -> None:
+    async def _sync_records(self, effect: UpdateRuntimeRecords) -> None:
         """Update the runtime's record of each container, one after the other; the core hears the outcome."""
         results = []
         for item in effect.items:
@@ -170,7 +170,7 @@ class Reconciler:
             results.append(ev.RecordResult(item.container_id, path, error))
         self.metrics.record_updates.labels("ok").inc(sum(1 for r in results if r.path))
         self.metrics.record_updates.labels("failed").inc(sum(1 for r in results if not r.path))
-        self.plugin.post(ev.RecordsSynced(effect.sync_id, results))
+        self.plugin.post(ev.RuntimeRecordsUpdated(effect.sync_id, results))
         task = asyncio.current_task()
         if task is not None:
             self._record_tasks.discard(task)
