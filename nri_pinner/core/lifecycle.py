@@ -32,7 +32,10 @@ log = structlog.get_logger("nri_pinner.service")
 
 
 def pending_updates(core: CoreContext, exclude: str = "") -> tuple[CpusetUpdate, ...]:
-    return tuple(reply_updates(core.node, core.node.cgroup_writes, exclude))
+    updates = tuple(reply_updates(core.node, core.node.cgroup_writes, exclude))
+    if updates:
+        core.passes.replied_with({u.container_id for u in updates})
+    return updates
 
 
 def create(core: CoreContext, event: CreateContainer) -> Reply:

@@ -84,6 +84,10 @@ class PassPlanner:
         # container ids and slice probe ids (qos_slices.PROBE_PREFIX); a read of one may be older or newer
         # than what the core knows of it, so the check leaves it to its next read (repairs.decide_repairs)
         self.overlapped: set[str] = set()
+        # containers whose NRI update rode on a reply since the last probe: the runtime applies it in its own
+        # time, so a read up to the next probe's may still show the set before it (seen in the VM guest: a
+        # demoted container read 0.5 s after the reply that moved it)
+        self.replied: set[str] = set()
         self._ids = 0
 
     def want(self, generation: int) -> None:
@@ -250,9 +254,18 @@ class PassPlanner:
                                    writes=container_ids)
         return pass_id
 
+    def replied_with(self, container_ids: set[str]) -> None:
+        """A reply carries NRI updates of these containers: the drift check leaves them to its read after
+        the next probe (or the one after that, if the reply came before the next probe)."""
+        self.overlapped |= container_ids
+        self.replied |= container_ids
+
     def probed(self) -> None:
-        """A drift check probes now: from here on, only what a pass in flight writes or one begun since."""
+        """A drift check probes now: from here on, only what a pass in flight writes or one begun since, and
+        the containers a reply since the last probe updated."""
         self.overlapped = set(self.in_flight.writes) if self.in_flight is not None else set()
+        self.overlapped |= self.replied
+        self.replied = set()
 
     def released(self, pass_id: int, rewrite: bool) -> None:
         """The record update holding the slot is over; the pass it held back goes now (``rewrite``: a

@@ -11,7 +11,9 @@ can exist with an empty cgroup-v2 `cpuset.cpus` until runc writes it. What the c
 later reply) gave it is what runc writes; its start wants a pass if that is stale (lifecycle.start).
 Decided by the lifecycle, never by the value read: a started container's empty `cpuset.cpus`
 inherits its parent's CPUs, and that is drift. Nor is a cgroup a pass wrote (or was writing) between the
-probe and the decision: the read may be from either side of the write (PassPlanner.overlapped)."""
+probe and the decision: the read may be from either side of the write (PassPlanner.overlapped); nor,
+until the probe after next, one whose NRI update a reply carried (the runtime applies it in its own time;
+one it never applies is drift then)."""
 
 from __future__ import annotations
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 from core_harness import Edge, create, make_core, make_settings, updates_of
 
 from nri_pinner.core import events as ev
+from nri_pinner.core.effects import Park
 from nri_pinner.core.quotas import CHECK_TIMER
 from nri_pinner.core.reply_updates import view_update
+from nri_pinner.engine.cpuset import CPUSet
 from nri_pinner.nri.gen import api_pb2 as api
 from nri_pinner.nri.handlers import CreateReply, UpdatesReply
 from testkit.pod_builders import nri_container_from_cri, nri_pod_from_cri, resize_request
@@ -293,3 +296,33 @@ def _running(c: api.Container) -> api.Container:
     out.CopyFrom(c)
     out.state = api.CONTAINER_RUNNING
     return out
+
+
+def _demoted_by_a_siblings_reply(probe_first: bool) -> tuple[Edge, api.Container, str]:
+    """The first container of a pod-level pod pinned and started, then moved to the shared pool by its
+    sibling's create, whose reply carries its update (``probe_first``: a drift check probed just before)."""
+    pod = kp.Pod("plr", "default", "uid-plr", (kp.Container("a"), kp.Container("b")), resources=POD_4)
+    sandbox, c = messages(pod)
+    e = make_core()
+    pinned = e.run(sandbox, c["a"])
+    if probe_first:
+        e.handle(ev.DriftCheck())
+    reply = e.handle(create(sandbox, c["b"])).reply
+    assert c["a"].id in updates_of(reply)
+    return e, c["a"], str(pinned)
+
+
+@pytest.mark.parametrize("probe_first", [True, False], ids=["reply-after-the-probe", "reply-before-the-probe"])
+def test_a_container_updated_in_a_reply_is_no_drift_until_the_runtime_had_a_drift_period(probe_first: bool) -> None:
+    """Issue 45, seen in the VM guest (containerd 2.1, 20261129-195900): the drift check read the demoted
+    container's old exclusive CPU 0.5 s after the reply that moved it and "repaired" it — the runtime applies
+    an update a reply carries in its own time. The read that may predate it is left alone; the read after a
+    whole drift period is not (an update the runtime dropped is drift then)."""
+    e, a, old = _demoted_by_a_siblings_reply(probe_first)
+    stale = {a.id: CPUSet.parse(old)}
+    if probe_first:  # the read of the probe before the reply, then a whole round the reply may still be in
+        assert e.handle(ev.CpusetsRead(stale)).reply == []
+    e.handle(ev.DriftCheck())
+    assert e.handle(ev.CpusetsRead(stale)).reply == []
+    e.handle(ev.DriftCheck())
+    assert isinstance(e.handle(ev.CpusetsRead(stale)).reply, Park)  # still the old set: drift, repaired by a pass
