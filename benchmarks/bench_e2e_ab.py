@@ -4,7 +4,7 @@ The plugin runs from checkout A, then from checkout B, in alternating blocks (A 
 private containerd (tests/e2e/harness.py; needs root and scripts/install-runtimes.sh), with N shared
 (Burstable) containers running; one sample is bench_e2e_pool.py's: a Guaranteed pod's container created,
 started, stopped (timeout 0) and removed, and a Burstable create issued --during ms into its create.
-Prints per metric both medians and B − A with a 95 % bootstrap interval. Comparing the two plugins
+Prints per metric both medians and B − A with a 95 % bootstrap interval over blocks. Comparing the two plugins
 directly (not each against "no plugin") takes the runtime's own cost out of the difference, so the interval
 is narrower than the difference of two bench_e2e_pool.py "added" figures. A checkout is any tree with an
 `nri_pinner` package (a `git worktree` of the older commit); both run with this checkout's virtualenv and
@@ -12,12 +12,13 @@ the config this checkout's e2e harness writes, so the two must read the same con
 
     git worktree add --detach /tmp/before <commit>
     .venv/bin/python benchmarks/bench_e2e_ab.py /tmp/before . [--runtime 1.7|2.1|both] [--shared 30]
-        [--samples 200] [--block 5] [--during 5]
+        [--samples 200] [--block 5] [--during 5] [--save FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import sys
@@ -76,7 +77,8 @@ class TwoCheckouts(pool.Bench):
             runtime.start_plugin = spawn  # type: ignore[method-assign]
 
 
-def compare(key: str, trees: dict[str, Path], shared: int, samples: int, block: int, during_s: float) -> None:
+def compare(key: str, trees: dict[str, Path], shared: int, samples: int, block: int, during_s: float,
+            save: Path | None) -> None:
     def make(runtime: PrivateContainerd, state_dir: Path) -> TwoCheckouts:
         return TwoCheckouts(runtime, state_dir, during_s, trees)
 
@@ -90,9 +92,27 @@ def compare(key: str, trees: dict[str, Path], shared: int, samples: int, block: 
         rng = random.Random(46)
         for metric in pool.METRICS:
             a, b = out["A"].values[metric], out["B"].values[metric]
-            lo, hi = pool.interval(b, a, rng)
+            lo, hi = block_interval(chunks(b, block), chunks(a, block), rng)
             print(f"  {metric:17} A {statistics.median(a) * 1000:7.2f}  B {statistics.median(b) * 1000:7.2f} ms  "
                   f"B - A {(statistics.median(b) - statistics.median(a)) * 1000:+6.2f} [{lo:+.2f} .. {hi:+.2f}] ms")
+        if save is not None:
+            save.write_text(json.dumps({"runtime": key, "shared": shared, "block": block,
+                                        "samples": {name: s.values for name, s in out.items()}}) + "\n")
+
+
+def chunks(values: list[float], size: int) -> list[list[float]]:
+    """A checkout's samples by block (consecutive, one plugin process each)."""
+    return [values[i:i + size] for i in range(0, len(values), size)]
+
+
+def block_interval(b: list[list[float]], a: list[list[float]], rng: random.Random) -> tuple[float, float]:
+    """95 % interval (ms) of median(B) - median(A), resampling whole blocks: samples of one plugin process are
+    not independent (a restart's first samples, the process's heap), and resampling single samples gave
+    intervals that two runs of the same code did not share."""
+    diffs = sorted(statistics.median([v for blk in rng.choices(b, k=len(b)) for v in blk])
+                   - statistics.median([v for blk in rng.choices(a, k=len(a)) for v in blk])
+                   for _ in range(pool.BOOTSTRAP_ROUNDS))
+    return diffs[int(0.025 * len(diffs))] * 1000, diffs[int(0.975 * len(diffs)) - 1] * 1000
 
 
 def main() -> None:
@@ -101,6 +121,7 @@ def main() -> None:
     parser.add_argument("b", type=Path, help="checkout B (e.g. .)")
     pool.sample_args(parser, samples=200, block=5)
     parser.add_argument("--shared", type=int, default=30)
+    parser.add_argument("--save", type=Path, help="write each runtime's samples to SAVE.<runtime>.json")
     args = parser.parse_args()
     trees = {"A": args.a.resolve(), "B": args.b.resolve()}
     for name, tree in trees.items():
@@ -109,7 +130,8 @@ def main() -> None:
     if args.samples < 2 or args.block < 1 or args.shared < 0:
         parser.error("need --samples >= 2, --block >= 1, --shared >= 0")
     for key in ("1.7", "2.1") if args.runtime == "both" else (args.runtime,):
-        compare(key, trees, args.shared, args.samples, args.block, args.during / 1000)
+        save = args.save.with_name(f"{args.save.name}.{key}.json") if args.save else None
+        compare(key, trees, args.shared, args.samples, args.block, args.during / 1000, save)
 
 
 if __name__ == "__main__":
