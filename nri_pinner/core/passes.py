@@ -255,8 +255,8 @@ class PassPlanner:
         return pass_id
 
     def replied_with(self, container_ids: set[str]) -> None:
-        """A reply carries NRI updates of these containers: the drift check leaves them to its read after
-        the next probe (or the one after that, if the reply came before the next probe)."""
+        """A reply carries NRI updates of these containers: the drift check decides them again only on the
+        read of the probe after next (at least one whole drift period after the reply)."""
         self.overlapped |= container_ids
         self.replied |= container_ids
 
